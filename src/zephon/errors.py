@@ -1,0 +1,141 @@
+"""Zephon's error hierarchy.
+
+Every error Zephon raises on purpose is a :class:`ZephonError`. Storage errors are translated
+once, at the backend edge, from status and error codes; they carry the URI (with any credential
+material redacted) and never the raw message of the underlying SDK, which may echo secrets.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = [
+    "AccessDenied",
+    "ConfigError",
+    "FormatError",
+    "NotFound",
+    "ObjectChanged",
+    "StateMismatch",
+    "StorageError",
+    "Throttled",
+    "TransientStorageError",
+    "TruncatedRead",
+    "WorkerCrashed",
+    "ZephonError",
+    "redact_uri",
+]
+
+_SECRET_QUERY_KEYS = re.compile(
+    r"(signature|credential|token|key|secret|sig|password|auth)", re.IGNORECASE
+)
+
+
+def redact_uri(uri: str) -> str:
+    """Return ``uri`` with user info and secret-looking query values replaced by ``***``.
+
+    Presigned URLs (``X-Amz-Signature=...``), ``user:password@host`` and ``?token=...`` are the
+    ways a secret can ride inside a URI; all three are masked. Plain paths pass unchanged.
+    """
+    if "://" not in uri:
+        return uri
+    parts = urlsplit(uri)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = parts.query
+    if query:
+        pairs = []
+        for pair in query.split("&"):
+            name, sep, _value = pair.partition("=")
+            pairs.append(f"{name}=***" if sep and _SECRET_QUERY_KEYS.search(name) else pair)
+        query = "&".join(pairs)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class ZephonError(Exception):
+    """Base class of every error Zephon raises deliberately."""
+
+
+class ConfigError(ZephonError, ValueError):
+    """An argument or setting is invalid; the message names the argument and why."""
+
+
+class StorageError(ZephonError):
+    """A storage operation failed.
+
+    Attributes:
+        uri: the object or prefix, credentials redacted.
+        status: the HTTP status (or ``None`` when the failure was not an HTTP answer).
+        code: the service's error code (``NoSuchKey``, ``SlowDown``...) when it gave one.
+    """
+
+    def __init__(
+        self, message: str, *, uri: str, status: int | None = None, code: str | None = None
+    ) -> None:
+        self.uri = redact_uri(uri)
+        self.status = status
+        self.code = code
+        detail = ", ".join(
+            part for part in (f"status {status}" if status else "", code or "") if part
+        )
+        super().__init__(f"{message}: {self.uri}" + (f" ({detail})" if detail else ""))
+
+
+class NotFound(StorageError):
+    """The object, prefix or bucket does not exist (HTTP 404). Not retried."""
+
+
+class AccessDenied(StorageError):
+    """Credentials are missing or not allowed to do this (HTTP 401/403). Not retried."""
+
+
+class ObjectChanged(StorageError):
+    """The object's version (etag, generation, mtime) differs from the one seen at discovery."""
+
+
+class TransientStorageError(StorageError):
+    """A failure worth retrying: timeout, reset, 5xx. Raised to callers only after retries."""
+
+
+class Throttled(TransientStorageError):
+    """The service asked us to slow down (429, 503 SlowDown). Lowers concurrency, then retried."""
+
+
+class TruncatedRead(TransientStorageError):
+    """A response body was shorter than its range promised. Retried."""
+
+
+class FormatError(ZephonError):
+    """Bytes that do not parse as the declared format.
+
+    The message names the dataset, the shard URI and, where known, the sample index.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        dataset: str | None = None,
+        uri: str | None = None,
+        sample: int | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.uri = redact_uri(uri) if uri is not None else None
+        self.sample = sample
+        where = []
+        if dataset is not None:
+            where.append(f"dataset {dataset!r}")
+        if self.uri is not None:
+            where.append(f"shard {self.uri}")
+        if sample is not None:
+            where.append(f"sample {sample}")
+        super().__init__(message + (f" [{', '.join(where)}]" if where else ""))
+
+
+class StateMismatch(ZephonError):
+    """A checkpoint does not belong to this pipeline; the message says what differs."""
+
+
+class WorkerCrashed(ZephonError):
+    """A process-pool worker died (killed, out of memory) while it held work."""

@@ -1,0 +1,128 @@
+"""Counting gates: the bounded-concurrency primitives of the storage layer.
+
+A :class:`CapacityGate` admits work while the sum of held units stays within a capacity that may
+change at run time. It bounds requests in flight (units = requests) and bytes in flight
+(units = bytes). Waiters are served first come, first served, so a large request is not starved
+by a stream of small ones, and release is synchronous so it is safe in ``finally`` blocks of
+cancelled tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+__all__ = ["AdaptiveConcurrency", "CapacityGate"]
+
+
+class CapacityGate:
+    """Admit ``acquire(n)`` while ``held + n <= capacity``.
+
+    A request larger than the whole capacity is admitted alone (when nothing else is held),
+    so an oversized read slows the stream down instead of deadlocking it.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self._capacity = capacity
+        self._held = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def set_capacity(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._wake()
+
+    def _fits(self, n: int) -> bool:
+        return self._held == 0 or self._held + n <= self._capacity
+
+    async def acquire(self, n: int = 1) -> None:
+        if not self._waiters and self._fits(n):
+            self._held += n
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (n, fut)
+        self._waiters.append(entry)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release(n)  # granted, then cancelled before we could use it
+            else:
+                self._waiters.remove(entry)
+                self._wake()
+            raise
+
+    def release(self, n: int = 1) -> None:
+        self._held -= n
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            n, fut = self._waiters[0]
+            if fut.done():
+                self._waiters.popleft()
+                continue
+            if not self._fits(n):
+                return
+            self._waiters.popleft()
+            self._held += n
+            fut.set_result(None)
+
+    @asynccontextmanager
+    async def hold(self, n: int = 1) -> AsyncIterator[None]:
+        await self.acquire(n)
+        try:
+            yield
+        finally:
+            self.release(n)
+
+
+class AdaptiveConcurrency:
+    """Additive-increase, multiplicative-decrease control of concurrent requests.
+
+    ``on_throttle`` halves the limit, but only once per generation of requests: a throttle
+    reported by a request that started before the last cut says nothing new (it was sent under
+    the old limit), so a burst of 503s from one window cuts once, not once per response.
+    ``on_success`` adds ``1/limit``, so the limit climbs back by about one per round trip.
+    """
+
+    def __init__(self, max_requests: int, min_requests: int = 1) -> None:
+        if not 1 <= min_requests <= max_requests:
+            raise ValueError(
+                f"need 1 <= min_requests <= max_requests, got {min_requests}, {max_requests}"
+            )
+        self.max_requests = max_requests
+        self.min_requests = min_requests
+        self._limit = float(max_requests)
+        self._last_cut = float("-inf")
+        self.gate = CapacityGate(max_requests)
+        self.cuts = 0
+
+    @property
+    def limit(self) -> int:
+        return self.gate.capacity
+
+    def on_success(self) -> None:
+        if self._limit < self.max_requests:
+            self._limit = min(float(self.max_requests), self._limit + 1.0 / self._limit)
+            self.gate.set_capacity(int(self._limit))
+
+    def on_throttle(self, started_at: float) -> None:
+        if started_at < self._last_cut:
+            return
+        self._last_cut = time.monotonic()
+        self._limit = max(float(self.min_requests), self._limit / 2.0)
+        self.cuts += 1
+        self.gate.set_capacity(int(self._limit))

@@ -1,0 +1,170 @@
+"""ManagedStorage: bounded, retrying, version-pinned reads on top of one backend."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from zephon.errors import (
+    ConfigError,
+    ObjectChanged,
+    Throttled,
+    TransientStorageError,
+    TruncatedRead,
+)
+from zephon.refs import ObjectInfo
+from zephon.storage.base import Backend
+from zephon.storage.gate import AdaptiveConcurrency, CapacityGate
+from zephon.storage.policy import RetryPolicy, StorageLimits
+from zephon.storage.stats import StorageStats
+
+__all__ = ["ManagedStorage"]
+
+T = TypeVar("T")
+
+
+class ManagedStorage:
+    """The :class:`~zephon.storage.base.Storage` every Zephon component uses.
+
+    Every call passes through, in order: the byte budget (reads only), the adaptive request
+    limiter, one backend attempt under a timeout, the length check; transient failures go round
+    again after a jittered backoff. Permanent failures (``NotFound``, ``AccessDenied``,
+    ``ObjectChanged``) surface at once. It is bound to the event loop that first uses it.
+
+    Args:
+        backend: the protocol implementation.
+        limits: request and byte bounds.
+        retry: the retry policy.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        limits: StorageLimits | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.backend = backend
+        self.limits = limits or StorageLimits()
+        self.retry = retry or RetryPolicy()
+        self.stats = StorageStats()
+        self.concurrency = AdaptiveConcurrency(
+            self.limits.max_requests, min(self.limits.min_requests, self.limits.max_requests)
+        )
+        self.budget = CapacityGate(self.limits.max_inflight_bytes)
+
+    def __repr__(self) -> str:
+        return f"ManagedStorage({self.backend!r}, limits={self.limits!r})"
+
+    async def __aenter__(self) -> ManagedStorage:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    @property
+    def inflight_bytes(self) -> int:
+        return self.budget.held
+
+    async def read(
+        self, uri: str, start: int = 0, stop: int | None = None, *, version: str | None = None
+    ) -> bytes:
+        """Bytes ``[start, stop)`` of ``uri``, clipped to the object's end like a slice.
+
+        ``stop=None`` reads to the end (one extra ``stat`` to learn the size). With ``version``,
+        the read fails with ``ObjectChanged`` if the object was replaced.
+
+        Raises:
+            NotFound, AccessDenied, ObjectChanged: at once.
+            TransientStorageError: when every attempt failed.
+            ConfigError: a negative or reversed range.
+        """
+        version = version or None  # "" marks an object whose server gives no version
+        if start < 0 or (stop is not None and stop < start):
+            raise ConfigError(f"invalid byte range [{start}, {stop}) for {uri}")
+        if stop is None:
+            info = await self.stat(uri)
+            if version is not None and info.version != version:
+                raise ObjectChanged("object changed since it was first seen", uri=uri)
+            stop = info.size_bytes
+            version = version or info.version
+        if stop <= start:
+            return b""
+        span = stop - start
+        need = min(span, self.limits.max_inflight_bytes)
+        async with self.budget.hold(need):
+            return await self._retrying(uri, lambda: self._read_once(uri, start, stop, version))
+
+    async def _read_once(self, uri: str, start: int, stop: int, version: str | None) -> bytes:
+        data, size = await self.backend.get_range(uri, start, stop, version)
+        expected = max(0, min(stop, size) - start)
+        if len(data) != expected:
+            self.stats.truncated += 1
+            raise TruncatedRead(
+                f"body of {len(data)} bytes where the range [{start}, {stop}) promised {expected}",
+                uri=uri,
+            )
+        return data
+
+    async def stat(self, uri: str) -> ObjectInfo:
+        """Size and version of ``uri``. Raises ``NotFound`` if it does not exist."""
+        return await self._retrying(uri, lambda: self.backend.head(uri))
+
+    async def write(self, uri: str, data: bytes) -> ObjectInfo:
+        """Write ``data`` as the whole object ``uri`` (retried; writes are idempotent)."""
+        return await self._retrying(uri, lambda: self.backend.put(uri, data))
+
+    async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order; pages are fetched lazily, each retried."""
+        token: str | None = None
+        while True:
+            page_token = token
+            objects, token = await self._retrying(
+                prefix, lambda: self.backend.list_page(prefix, page_token)
+            )
+            for info in objects:
+                yield info
+            if token is None:
+                return
+
+    async def _retrying(self, uri: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        policy = self.retry
+        last: TransientStorageError | None = None
+        for n in range(policy.max_attempts):
+            if n:
+                self.stats.retries += 1
+                await asyncio.sleep(policy.delay_s(n - 1))
+            started = time.monotonic()
+            async with self.concurrency.gate.hold():
+                try:
+                    async with asyncio.timeout(policy.attempt_timeout_s):
+                        result = await attempt()
+                except TimeoutError:
+                    last = TransientStorageError(
+                        f"attempt timed out after {policy.attempt_timeout_s}s", uri=uri
+                    )
+                    continue
+                except Throttled as exc:
+                    self.stats.throttles += 1
+                    self.concurrency.on_throttle(started)
+                    last = exc
+                    continue
+                except TransientStorageError as exc:
+                    last = exc
+                    continue
+            self.concurrency.on_success()
+            self.stats.record(time.monotonic() - started, _size_of(result))
+            return result
+        self.stats.failures += 1
+        assert last is not None
+        last.add_note(f"zephon: gave up after {policy.max_attempts} attempts")
+        raise last
+
+
+def _size_of(result: Any) -> int:
+    return len(result) if isinstance(result, bytes | bytearray | memoryview) else 0

@@ -1,0 +1,89 @@
+"""Which backend serves which URI scheme."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from zephon.errors import ConfigError
+from zephon.storage.base import Backend
+from zephon.storage.managed import ManagedStorage
+from zephon.storage.policy import RetryPolicy, StorageLimits
+from zephon.storage.uri import scheme_of
+
+__all__ = ["BackendFactory", "open_storage", "register_backend"]
+
+BackendFactory = Callable[[dict[str, Any], StorageLimits], Backend]
+
+
+def _local(options: dict[str, Any], limits: StorageLimits) -> Backend:
+    from zephon.storage.local import LocalBackend
+
+    if options:
+        raise ConfigError(f"local files take no storage_options, got {sorted(options)}")
+    return LocalBackend()
+
+
+def _memory(options: dict[str, Any], limits: StorageLimits) -> Backend:
+    from zephon.storage.memory import MemoryBackend
+
+    return MemoryBackend(options.get("store"))
+
+
+def _s3(options: dict[str, Any], limits: StorageLimits) -> Backend:
+    from zephon.storage.s3 import S3Backend
+
+    return S3Backend(options, max_connections=limits.max_requests)
+
+
+def _gcs(options: dict[str, Any], limits: StorageLimits) -> Backend:
+    from zephon.storage.gcs import GCSBackend
+
+    return GCSBackend(options, max_connections=limits.max_requests)
+
+
+def _http(options: dict[str, Any], limits: StorageLimits) -> Backend:
+    from zephon.storage.http import HTTPBackend
+
+    return HTTPBackend(options, max_connections=limits.max_requests)
+
+
+_BACKENDS: dict[str, BackendFactory] = {
+    "file": _local,
+    "memory": _memory,
+    "s3": _s3,
+    "gs": _gcs,
+    "http": _http,
+    "https": _http,
+}
+
+
+def register_backend(scheme: str, factory: BackendFactory) -> None:
+    """Serve ``scheme://`` URIs with backends made by ``factory(storage_options, limits)``."""
+    _BACKENDS[scheme.lower()] = factory
+
+
+def open_storage(
+    uri: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    limits: StorageLimits | None = None,
+    retry: RetryPolicy | None = None,
+) -> ManagedStorage:
+    """A :class:`ManagedStorage` for the scheme of ``uri`` (``s3://``, ``gs://``, a path...).
+
+    Imports only the SDK that scheme needs. Use it as ``async with open_storage(uri) as st:``
+    or call ``await st.aclose()``.
+
+    Raises:
+        ConfigError: an unknown scheme or invalid ``storage_options``.
+    """
+    scheme = scheme_of(uri)
+    try:
+        factory = _BACKENDS[scheme]
+    except KeyError:
+        raise ConfigError(
+            f"no storage backend for scheme {scheme!r} (known: {sorted(_BACKENDS)})"
+        ) from None
+    limits = limits or StorageLimits()
+    return ManagedStorage(factory(dict(storage_options or {}), limits), limits=limits, retry=retry)

@@ -1,0 +1,239 @@
+"""Amazon S3 and S3-compatible stores (MinIO, moto, R2...) through aiobotocore.
+
+Configuration follows the AWS conventions (environment, ``~/.aws`` files, ``AWS_ENDPOINT_URL``),
+overridable with fsspec/s3fs-style ``storage_options``: ``endpoint_url``, ``key``, ``secret``,
+``token``, ``region_name``, ``anon``, ``profile``. botocore's own retries are switched off:
+retries live in :class:`~zephon.storage.managed.ManagedStorage`, where they are counted and
+where throttling feeds the adaptive limiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aiohttp
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore import UNSIGNED
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
+
+from zephon.errors import (
+    AccessDenied,
+    ConfigError,
+    NotFound,
+    ObjectChanged,
+    StorageError,
+    Throttled,
+    TransientStorageError,
+    ZephonError,
+    redact_uri,
+)
+from zephon.refs import ObjectInfo
+from zephon.storage.base import ListPage
+from zephon.storage.uri import split_bucket_key
+
+__all__ = ["S3Backend"]
+
+_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "404", "NoSuchVersion"}
+_DENIED = {
+    "AccessDenied",
+    "403",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AllAccessDisabled",
+    "ExpiredToken",
+    "InvalidToken",
+}
+_THROTTLED = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "TooManyRequestsException",
+    "503",
+    "429",
+}
+_TRANSIENT = {"InternalError", "RequestTimeout", "ServiceUnavailable", "500", "502", "504"}
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_OPTION_KEYS = {"endpoint_url", "key", "secret", "token", "region_name", "anon", "profile"}
+
+
+def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
+    """Map an aiobotocore/aiohttp failure to a Zephon error by error code and HTTP status."""
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in _NOT_FOUND or status == 404:
+            return NotFound("no such object or bucket", uri=uri, status=status, code=code)
+        if code in _DENIED or status in (401, 403):
+            return AccessDenied("access denied", uri=uri, status=status, code=code)
+        if code == "PreconditionFailed" or status == 412:
+            return ObjectChanged(
+                "object changed since it was first seen", uri=uri, status=status, code=code
+            )
+        if code in _THROTTLED or status in (429, 503):
+            return Throttled("throttled", uri=uri, status=status, code=code)
+        if code in _TRANSIENT or (status is not None and status >= 500):
+            return TransientStorageError("server error", uri=uri, status=status, code=code)
+        return StorageError("request failed", uri=uri, status=status, code=code)
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return AccessDenied("no usable AWS credentials found", uri=uri)
+    if isinstance(exc, NoRegionError | ParamValidationError):
+        return ConfigError(f"invalid S3 request ({type(exc).__name__}) for {redact_uri(uri)}")
+    if isinstance(exc, BotoCoreError | aiohttp.ClientError | ConnectionError | TimeoutError):
+        return TransientStorageError(f"connection failed ({type(exc).__name__})", uri=uri)
+    if isinstance(exc, OSError):
+        return TransientStorageError(f"I/O error ({type(exc).__name__})", uri=uri)
+    raise exc
+
+
+class S3Backend:
+    """One aiobotocore client, created lazily in the event loop that first uses it.
+
+    Args:
+        storage_options: see the module docstring. Unknown keys raise ``ConfigError``.
+        max_connections: connection pool size; match it to the request limit.
+        connect_timeout_s, read_timeout_s: socket timeouts of one attempt.
+    """
+
+    def __init__(
+        self,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        max_connections: int = 64,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 60.0,
+    ) -> None:
+        options = dict(storage_options or {})
+        unknown = set(options) - _OPTION_KEYS - {"client_kwargs"}
+        if unknown:
+            raise ConfigError(
+                f"unknown S3 storage_options {sorted(unknown)}; known: {sorted(_OPTION_KEYS)}"
+            )
+        self._options = options
+        self.endpoint_url: str | None = options.get("endpoint_url")
+        self._max_connections = max_connections
+        self._timeouts = (connect_timeout_s, read_timeout_s)
+        self._client: Any = None
+        self._stack: AsyncExitStack | None = None
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        # Never the options themselves: they may hold keys.
+        return f"S3Backend(endpoint_url={self.endpoint_url!r})"
+
+    async def _get_client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                self._client = await self._create_client()
+        return self._client
+
+    async def _create_client(self) -> Any:
+        opts = self._options
+        session = get_session()
+        if opts.get("profile"):
+            session.set_config_variable("profile", opts["profile"])
+        config_kwargs: dict[str, Any] = {
+            "max_pool_connections": self._max_connections,
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
+            "connect_timeout": self._timeouts[0],
+            "read_timeout": self._timeouts[1],
+        }
+        if opts.get("anon"):
+            config_kwargs["signature_version"] = UNSIGNED
+        if self.endpoint_url:
+            config_kwargs["s3"] = {"addressing_style": "path"}
+        client_kwargs: dict[str, Any] = dict(opts.get("client_kwargs") or {})
+        client_kwargs.setdefault("region_name", opts.get("region_name"))
+        if self.endpoint_url:
+            client_kwargs["endpoint_url"] = self.endpoint_url
+        if opts.get("key"):
+            client_kwargs["aws_access_key_id"] = opts["key"]
+            client_kwargs["aws_secret_access_key"] = opts.get("secret")
+            client_kwargs["aws_session_token"] = opts.get("token")
+        stack = AsyncExitStack()
+        client = await stack.enter_async_context(
+            session.create_client("s3", config=AioConfig(**config_kwargs), **client_kwargs)
+        )
+        self._stack = stack
+        return client
+
+    async def get_range(
+        self, uri: str, start: int, stop: int, version: str | None
+    ) -> tuple[bytes, int]:
+        bucket, key = split_bucket_key(uri)
+        client = await self._get_client()
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{stop - 1}"}
+        if version is not None:
+            kwargs["IfMatch"] = version
+        try:
+            resp = await client.get_object(**kwargs)
+            async with resp["Body"] as body:
+                data = await body.read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                return b"", start  # start at or past the end: an empty slice
+            raise translate_s3_error(exc, uri) from None
+        except Exception as exc:
+            raise translate_s3_error(exc, uri) from None
+        if version is not None and resp.get("ETag") not in (None, version):
+            raise ObjectChanged("object changed since it was first seen", uri=uri)
+        match = _CONTENT_RANGE.fullmatch(resp.get("ContentRange") or "")
+        if match and match.group(3) != "*":
+            return data, int(match.group(3))
+        return data, start + int(resp.get("ContentLength", len(data)))
+
+    async def head(self, uri: str) -> ObjectInfo:
+        bucket, key = split_bucket_key(uri)
+        client = await self._get_client()
+        try:
+            resp = await client.head_object(Bucket=bucket, Key=key)
+        except Exception as exc:
+            raise translate_s3_error(exc, uri) from None
+        return ObjectInfo(uri, int(resp["ContentLength"]), str(resp["ETag"]))
+
+    async def put(self, uri: str, data: bytes) -> ObjectInfo:
+        bucket, key = split_bucket_key(uri)
+        client = await self._get_client()
+        try:
+            resp = await client.put_object(Bucket=bucket, Key=key, Body=data)
+        except Exception as exc:
+            raise translate_s3_error(exc, uri) from None
+        return ObjectInfo(uri, len(data), str(resp["ETag"]))
+
+    async def list_page(self, prefix: str, token: str | None) -> ListPage:
+        bucket, key_prefix = split_bucket_key(prefix)
+        client = await self._get_client()
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key_prefix, "MaxKeys": 1000}
+        if token:
+            kwargs["ContinuationToken"] = token
+        try:
+            resp = await client.list_objects_v2(**kwargs)
+        except Exception as exc:
+            raise translate_s3_error(exc, prefix) from None
+        infos = [
+            ObjectInfo(f"s3://{bucket}/{item['Key']}", int(item["Size"]), str(item["ETag"]))
+            for item in resp.get("Contents", ())
+            if not item["Key"].endswith("/")
+        ]
+        next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
+        return infos, next_token
+
+    async def aclose(self) -> None:
+        if self._stack is not None:
+            stack, self._stack, self._client = self._stack, None, None
+            await stack.aclose()

@@ -1,0 +1,7 @@
+"""Real local servers for tests, benchmarks and the demo: S3 (moto), GCS (fake-gcs-server),
+a static HTTP server and a fault-injecting proxy. Nothing in the library imports this package."""
+
+from zephon.testing.faults import FaultProxy, Faults
+from zephon.testing.servers import GCSEmulator, MotoServer, S3Endpoint, StaticHTTPServer
+
+__all__ = ["FaultProxy", "Faults", "GCSEmulator", "MotoServer", "S3Endpoint", "StaticHTTPServer"]

