@@ -61,9 +61,7 @@ class HTTPBackend:
             )
         return self._session
 
-    async def _call(
-        self, method: str, uri: str, headers: dict[str, str]
-    ) -> tuple[int, Any, bytes]:
+    async def _call(self, method: str, uri: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
         try:
             async with self._get_session().request(method, uri, headers=headers) as resp:
                 body = await resp.read() if method == "GET" else b""

@@ -13,6 +13,7 @@ from zephon.storage.base import ListPage
 
 __all__ = ["LocalBackend", "local_path"]
 
+
 def local_path(uri: str) -> str:
     """The filesystem path of a ``file://`` URI or a plain path."""
     return uri[len("file://") :] if uri.startswith("file://") else uri
@@ -29,7 +30,9 @@ def _translate(exc: OSError, uri: str) -> StorageError:
         return AccessDenied("permission denied", uri=uri)
     if exc.errno == errno.EISDIR:
         return NotFound("is a directory, not a file", uri=uri)
-    return StorageError(f"local I/O error {errno.errorcode.get(exc.errno or 0, exc.errno)}", uri=uri)
+    return StorageError(
+        f"local I/O error {errno.errorcode.get(exc.errno or 0, exc.errno)}", uri=uri
+    )
 
 
 class LocalBackend:

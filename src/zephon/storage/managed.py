@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -123,9 +124,8 @@ class ManagedStorage:
         """Every object under ``prefix`` in key order; pages are fetched lazily, each retried."""
         token: str | None = None
         while True:
-            page_token = token
             objects, token = await self._retrying(
-                prefix, lambda: self.backend.list_page(prefix, page_token)
+                prefix, functools.partial(self.backend.list_page, prefix, token)
             )
             for info in objects:
                 yield info

@@ -49,8 +49,10 @@ class MemoryStore:
             raise NotFound("no such object", uri=uri) from None
 
     def keys_from(self, prefix: str, after: str | None) -> list[str]:
-        lo = bisect.bisect_right(self._keys, after) if after else bisect.bisect_left(
-            self._keys, prefix
+        lo = (
+            bisect.bisect_right(self._keys, after)
+            if after
+            else bisect.bisect_left(self._keys, prefix)
         )
         out = []
         for key in self._keys[lo:]:

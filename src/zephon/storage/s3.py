@@ -177,7 +177,11 @@ class S3Backend:
     ) -> tuple[bytes, int]:
         bucket, key = split_bucket_key(uri)
         client = await self._get_client()
-        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{stop - 1}"}
+        kwargs: dict[str, Any] = {
+            "Bucket": bucket,
+            "Key": key,
+            "Range": f"bytes={start}-{stop - 1}",
+        }
         if version is not None:
             kwargs["IfMatch"] = version
         try:

@@ -42,9 +42,9 @@ class AppServer:
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
             await site.start()
-            server = site._server
-            assert server is not None and server.sockets  # type: ignore[union-attr]
-            return int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+            sockets = getattr(site._server, "sockets", None)
+            assert sockets, "aiohttp site has no listening socket"
+            return int(sockets[0].getsockname()[1])
 
         self.port = self._loop.run(_start())
         return f"http://127.0.0.1:{self.port}"

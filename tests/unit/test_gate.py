@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from zephon.storage.gate import AdaptiveConcurrency, CapacityGate
+
+
+async def test_gate_bounds_and_serves_fifo() -> None:
+    gate = CapacityGate(10)
+    await gate.acquire(6)
+    order: list[str] = []
+
+    async def take(name: str, n: int) -> None:
+        await gate.acquire(n)
+        order.append(name)
+
+    big = asyncio.create_task(take("big", 8))
+    small = asyncio.create_task(take("small", 1))
+    await asyncio.sleep(0)  # let both queue up
+    assert order == [] and gate.held == 6  # small fits, but must not overtake big
+    gate.release(6)
+    await asyncio.gather(big, small)
+    assert order == ["big", "small"] and gate.held == 9
+
+
+async def test_oversized_request_is_admitted_alone() -> None:
+    gate = CapacityGate(4)
+    async with gate.hold(100):
+        assert gate.held == 100
+        waiter = asyncio.create_task(gate.acquire(1))
+        await asyncio.sleep(0)
+        assert not waiter.done()
+    await waiter
+    assert gate.held == 1
+
+
+async def test_cancelled_waiter_leaves_no_hold() -> None:
+    gate = CapacityGate(1)
+    await gate.acquire()
+    waiter = asyncio.create_task(gate.acquire())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    gate.release()
+    assert gate.held == 0
+    await gate.acquire()
+    assert gate.held == 1
+
+
+async def test_shrinking_capacity_blocks_new_work_until_released() -> None:
+    gate = CapacityGate(4)
+    for _ in range(4):
+        await gate.acquire()
+    gate.set_capacity(2)
+    waiter = asyncio.create_task(gate.acquire())
+    gate.release()
+    gate.release()
+    await asyncio.sleep(0)
+    assert not waiter.done()  # 2 held == capacity 2
+    gate.release()
+    await waiter
+    assert gate.held == 2
+
+
+def test_aimd_cuts_once_per_generation_and_recovers() -> None:
+    ctl = AdaptiveConcurrency(64, min_requests=2)
+    import time
+
+    before = time.monotonic()
+    ctl.on_throttle(before)
+    assert ctl.limit == 32
+    ctl.on_throttle(before)  # same generation: sent under the old limit, says nothing new
+    assert ctl.limit == 32
+    ctl.on_throttle(time.monotonic())
+    assert ctl.limit == 16 and ctl.cuts == 2
+    for _ in range(10):
+        ctl.on_throttle(time.monotonic())
+    assert ctl.limit == 2  # floored
+    for _ in range(5000):
+        ctl.on_success()
+    assert ctl.limit == 64  # recovered, capped
+
+
+def test_invalid_bounds_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        CapacityGate(0)
+    with pytest.raises(ValueError):
+        AdaptiveConcurrency(4, min_requests=5)
