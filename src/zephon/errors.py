@@ -68,18 +68,37 @@ class StorageError(ZephonError):
         uri: the object or prefix, credentials redacted.
         status: the HTTP status (or ``None`` when the failure was not an HTTP answer).
         code: the service's error code (``NoSuchKey``, ``SlowDown``...) when it gave one.
+        dataset: the dataset being read, once a caller that knows it has set it.
     """
 
     def __init__(
-        self, message: str, *, uri: str, status: int | None = None, code: str | None = None
+        self,
+        message: str,
+        *,
+        uri: str,
+        status: int | None = None,
+        code: str | None = None,
+        dataset: str | None = None,
     ) -> None:
+        self.message = message
         self.uri = redact_uri(uri)
         self.status = status
         self.code = code
+        self.dataset = dataset
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only fields: rebuild through a helper so errors cross process boundaries.
+        return (_rebuild, (type(self), self.message, dict(vars(self))))
+
+    def __str__(self) -> str:
         detail = ", ".join(
-            part for part in (f"status {status}" if status else "", code or "") if part
+            part
+            for part in (f"status {self.status}" if self.status else "", self.code or "")
+            if part
         )
-        super().__init__(f"{message}: {self.uri}" + (f" ({detail})" if detail else ""))
+        text = f"{self.message}: {self.uri}" + (f" ({detail})" if detail else "")
+        return text + (f" [dataset {self.dataset!r}]" if self.dataset is not None else "")
 
 
 class NotFound(StorageError):
@@ -130,7 +149,26 @@ class FormatError(ZephonError):
             where.append(f"shard {self.uri}")
         if sample is not None:
             where.append(f"sample {sample}")
+        self.message = message
         super().__init__(message + (f" [{', '.join(where)}]" if where else ""))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.message, dict(vars(self))))
+
+
+def _rebuild(cls: type[ZephonError], message: str, fields: dict[str, object]) -> ZephonError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(fields)
+    if isinstance(err, FormatError):
+        where = [
+            f"dataset {err.dataset!r}" if err.dataset is not None else "",
+            f"shard {err.uri}" if err.uri is not None else "",
+            f"sample {err.sample}" if err.sample is not None else "",
+        ]
+        text = ", ".join(w for w in where if w)
+        err.args = (message + (f" [{text}]" if text else ""),)
+    return err
 
 
 class StateMismatch(ZephonError):

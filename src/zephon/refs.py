@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ObjectInfo"]
+__all__ = ["ObjectInfo", "ShardInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,5 +19,22 @@ class ObjectInfo:
     """
 
     uri: str
+    size_bytes: int
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    """One shard of a dataset as discovery saw it.
+
+    Attributes:
+        uri: full location of the shard file.
+        num_samples: samples in the shard.
+        size_bytes: shard length in bytes.
+        version: the etag, generation or mtime seen at discovery; reads are pinned to it.
+    """
+
+    uri: str
+    num_samples: int
     size_bytes: int
     version: str

@@ -1,0 +1,107 @@
+"""Per-format index building: the only place where discovery reads shard bytes.
+
+Each builder turns one shard's metadata (a footer, a header, or one streaming pass for formats
+without random-access metadata) into its :mod:`zephon.formats.index` object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+from zephon.errors import FormatError
+from zephon.formats import jsonl, parquet, records, webdataset
+from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
+from zephon.refs import ObjectInfo
+from zephon.storage import ManagedStorage
+
+__all__ = ["SCAN_CHUNK_BYTES", "build_jsonl", "build_parquet", "build_records", "build_tar"]
+
+SCAN_CHUNK_BYTES = 4 << 20
+_SCAN_WINDOW = 4  # chunks in flight per scanned shard: ~16 MiB ahead, enough to hide latency
+
+
+async def scan_object(
+    storage: ManagedStorage, info: ObjectInfo, feed: Callable[[bytes], None]
+) -> None:
+    """Read ``info`` start to end in chunks, several in flight, feeding them in order."""
+    starts = iter(range(0, info.size_bytes, SCAN_CHUNK_BYTES))
+
+    def read(start: int) -> asyncio.Task[bytes]:
+        stop = min(start + SCAN_CHUNK_BYTES, info.size_bytes)
+        return tg.create_task(storage.read(info.uri, start, stop, version=info.version))
+
+    async with asyncio.TaskGroup() as tg:
+        pending: deque[asyncio.Task[bytes]] = deque()
+        for start in starts:
+            pending.append(read(start))
+            if len(pending) == _SCAN_WINDOW:
+                break
+        while pending:
+            data = await pending.popleft()
+            following = next(starts, None)
+            if following is not None:
+                pending.append(read(following))
+            feed(data)
+
+
+async def build_jsonl(
+    storage: ManagedStorage, info: ObjectInfo, dataset: str
+) -> RecordIndex | StreamIndex:
+    indexer = jsonl.LineIndexer()
+    kind = jsonl.compression_of(info.uri)
+    if kind is None:
+        await scan_object(storage, info, indexer.feed)
+        return RecordIndex(indexer.finish())
+    decompress = jsonl.decompressor(kind)
+
+    def feed(data: bytes) -> None:
+        indexer.feed(decompress.feed(data))
+
+    try:
+        await scan_object(storage, info, feed)
+        decompress.finish()
+    except ValueError as exc:
+        raise FormatError(str(exc), dataset=dataset, uri=info.uri) from None
+    return StreamIndex(indexer.finish(), info.size_bytes)
+
+
+async def build_parquet(
+    storage: ManagedStorage, info: ObjectInfo, dataset: str, columns: list[str] | None
+) -> RowGroupIndex:
+    probe = min(info.size_bytes, parquet.FOOTER_PROBE_BYTES)
+    tail = await storage.read(
+        info.uri, info.size_bytes - probe, info.size_bytes, version=info.version
+    )
+    try:
+        need = parquet.footer_length(tail, info.size_bytes)
+        if need > len(tail):  # a large footer: one more read for the rest of it
+            head = await storage.read(
+                info.uri, info.size_bytes - need, info.size_bytes - len(tail), version=info.version
+            )
+            tail = head + tail
+        return parquet.index_from_footer(tail[len(tail) - need :], info.size_bytes, columns)
+    except ValueError as exc:
+        raise FormatError(str(exc), dataset=dataset, uri=info.uri) from None
+
+
+async def build_tar(storage: ManagedStorage, info: ObjectInfo, dataset: str) -> RecordIndex:
+    indexer = webdataset.TarIndexer()
+    try:
+        await scan_object(storage, info, indexer.feed)
+        indexer.finish()
+    except ValueError as exc:
+        raise FormatError(f"corrupt tar: {exc}", dataset=dataset, uri=info.uri) from None
+    return RecordIndex(webdataset.sample_offsets(indexer.members, info.size_bytes))
+
+
+async def build_records(
+    storage: ManagedStorage, info: ObjectInfo, dataset: str, num_samples: int
+) -> RecordIndex:
+    """MDS and LitData: the header holds the offsets; one range read."""
+    data = await storage.read(info.uri, 0, records.header_bytes(num_samples), version=info.version)
+    try:
+        return records.parse_offsets_header(data, num_samples, info.size_bytes)
+    except ValueError as exc:
+        raise FormatError(f"corrupt shard header: {exc}", dataset=dataset, uri=info.uri) from None

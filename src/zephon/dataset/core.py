@@ -1,0 +1,261 @@
+"""The Dataset: a named, ordered collection of shards with known sample counts."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from zephon.dataset.cache import (
+    PERSISTENT_INDEX_NAME,
+    IndexCache,
+    PersistentEntry,
+    PersistentIndex,
+    default_cache_dir,
+)
+from zephon.dataset.discover import Discovered, DiscoveryStats, discover
+from zephon.errors import ConfigError
+from zephon.formats.blob import Blob
+from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
+from zephon.refs import ShardInfo
+from zephon.storage import ManagedStorage, MemoryStore, RetryPolicy, StorageLimits, open_storage
+
+__all__ = ["Dataset"]
+
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex
+_COALESCE_GAP_BYTES = 64 * 1024
+
+
+class Dataset:
+    """A named collection of shards with known sample counts, found from metadata only.
+
+    Build one with :meth:`from_path` (sync), :meth:`afrom_path` (from async code) or
+    :meth:`from_records` (in memory). Attributes: ``name``, ``format``, ``num_samples``,
+    ``shards`` (``ShardInfo(uri, num_samples, size_bytes, version)``), ``root``,
+    ``discovery_stats``. ``storage_options`` are kept for reading but never shown.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        found: Discovered,
+        storage_options: Mapping[str, Any] | None,
+        columns: Sequence[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.format = found.format
+        self.root = found.root
+        self.shards: tuple[ShardInfo, ...] = tuple(found.shards)
+        self.indexes: tuple[AnyIndex, ...] = tuple(found.indexes)
+        self.codec = found.codec
+        self.format_meta = found.format_meta
+        self.discovery_stats: DiscoveryStats = found.stats
+        self.columns = list(columns) if columns is not None else None
+        self._storage_options = dict(storage_options or {})
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset(name={self.name!r}, format={self.format!r}, shards={len(self.shards)}, "
+            f"num_samples={self.num_samples}, root={self.root!r})"
+        )
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.num_samples for s in self.shards)
+
+    def fingerprint(self) -> str:
+        """A digest of name, format and every shard's URI, count, size and version."""
+        h = hashlib.sha256(f"{self.name}\0{self.format}\0{self.columns}".encode())
+        for s in self.shards:
+            h.update(f"\0{s.uri}\0{s.num_samples}\0{s.size_bytes}\0{s.version}".encode())
+        return h.hexdigest()[:16]
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    async def afrom_path(
+        cls,
+        name: str,
+        path: str | Sequence[str],
+        *,
+        format: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        columns: Sequence[str] | None = None,
+        allow_pickle: bool = False,
+        index: str | None = None,
+        index_cache: str | Path | bool = True,
+        limits: StorageLimits | None = None,
+    ) -> Dataset:
+        """Discover the dataset at ``path`` (see :meth:`from_path`) from async code."""
+        if not name:
+            raise ConfigError("a dataset needs a non-empty name")
+        first = path if isinstance(path, str) else (next(iter(path), "") or "")
+        if index_cache is True:
+            cache: IndexCache | None = IndexCache(default_cache_dir())
+        elif index_cache is False:
+            cache = None
+        else:
+            cache = IndexCache(Path(index_cache))
+        async with open_storage(first, dict(storage_options or {}), limits=limits) as storage:
+            found = await discover(
+                name,
+                path,
+                storage,
+                format=format,
+                columns=columns,
+                allow_pickle=allow_pickle,
+                cache=cache,
+                index_uri=index,
+            )
+        return cls(name, found, storage_options, columns)
+
+    @classmethod
+    def from_path(
+        cls,
+        name: str,
+        path: str | Sequence[str],
+        *,
+        format: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        columns: Sequence[str] | None = None,
+        allow_pickle: bool = False,
+        index: str | None = None,
+        index_cache: str | Path | bool = True,
+        limits: StorageLimits | None = None,
+    ) -> Dataset:
+        """Discover the dataset at ``path``.
+
+        Args:
+            name: the dataset's name in mixtures, checkpoints and errors.
+            path: a local directory, file or glob; ``s3://bucket/prefix``; ``gs://``/``gcs://``;
+                ``http(s)://`` URLs of shards or of an ``index.json``; or a list of URIs.
+            format: ``jsonl``, ``parquet``, ``mds``, ``webdataset``, ``litdata``; ``None``
+                detects it (index files first, then extensions).
+            storage_options: fsspec-style backend settings (``endpoint_url``, ``key``...).
+            columns: Parquet columns to read (others are never fetched).
+            allow_pickle: allow MDS ``pkl`` / LitData ``pickle`` fields (they run code).
+            index: URI of a persistent index written elsewhere with ``zephon index --out``.
+            index_cache: local cache of built shard indexes: ``True`` (default location),
+                a directory, or ``False``.
+            limits: storage bounds used during discovery.
+
+        Raises:
+            NotFound, AccessDenied: the path, bucket or a shard.
+            FormatError: unknown or mixed formats, corrupt footers, headers or indexes.
+            ConfigError: invalid arguments, or called inside a running event loop.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise ConfigError("Dataset.from_path called inside an event loop; use afrom_path")
+        return asyncio.run(
+            cls.afrom_path(
+                name,
+                path,
+                format=format,
+                storage_options=storage_options,
+                columns=columns,
+                allow_pickle=allow_pickle,
+                index=index,
+                index_cache=index_cache,
+                limits=limits,
+            )
+        )
+
+    @classmethod
+    def from_records(
+        cls,
+        name: str,
+        records: Iterable[Mapping[str, Any]],
+        *,
+        samples_per_shard: int = 1000,
+        store: MemoryStore | None = None,
+    ) -> Dataset:
+        """A dataset of in-memory records (JSON-serialisable dicts), as JSONL shards in the
+        process-local memory store. Raises ``ConfigError`` for non-serialisable records."""
+        if samples_per_shard < 1:
+            raise ConfigError(f"samples_per_shard must be >= 1, got {samples_per_shard}")
+        store = store or MemoryStore.default()
+        prefix = f"memory://zephon-records/{name}-{uuid.uuid4().hex[:12]}/"
+        lines: list[bytes] = []
+        shard, i = 0, 0
+        try:
+            for i, record in enumerate(records):  # noqa: B007  (i names the bad record)
+                lines.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+                if len(lines) == samples_per_shard:
+                    store.put(f"{prefix}shard-{shard:06d}.jsonl", b"".join(lines))
+                    lines, shard = [], shard + 1
+        except TypeError as exc:
+            raise ConfigError(f"record {i} of dataset {name!r} is not JSON: {exc}") from None
+        if lines or shard == 0:
+            store.put(f"{prefix}shard-{shard:06d}.jsonl", b"".join(lines))
+        options = {"store": store} if store is not MemoryStore.default() else None
+        return cls.from_path(name, prefix, format="jsonl", storage_options=options)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def open_storage(
+        self, *, limits: StorageLimits | None = None, retry: RetryPolicy | None = None
+    ) -> ManagedStorage:
+        """A storage client for this dataset's shards (the caller closes it)."""
+        return open_storage(self.root, dict(self._storage_options), limits=limits, retry=retry)
+
+    def ranges(self, shard: int, samples: Sequence[int]) -> list[tuple[int, int]]:
+        """The coalesced byte ranges that hold ``samples`` of shard ``shard``."""
+        index = self.indexes[shard]
+        spans = sorted({r for i in samples for r in index.span(i, i + 1)})
+        merged: list[tuple[int, int]] = []
+        for start, stop in spans:
+            if merged and start - merged[-1][1] <= _COALESCE_GAP_BYTES:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+            else:
+                merged.append((start, stop))
+        return merged
+
+    async def aread(self, storage: ManagedStorage, shard: int, samples: Sequence[int]) -> list[Any]:
+        """Fetch and decode ``samples`` (indices within shard ``shard``), in the given order."""
+        info = self.shards[shard]
+        ranges = self.ranges(shard, samples)
+        parts = await asyncio.gather(
+            *(storage.read(info.uri, a, b, version=info.version) for a, b in ranges)
+        )
+        blob = Blob([(a, data) for (a, _), data in zip(ranges, parts, strict=True)])
+        return list(self.codec.decode(info, self.indexes[shard], blob, samples))
+
+    async def ahead(self, n: int = 5) -> list[Any]:
+        """The first ``n`` samples in storage order."""
+        out: list[Any] = []
+        async with self.open_storage() as storage:
+            for shard, info in enumerate(self.shards):
+                if len(out) >= n:
+                    break
+                take = min(info.num_samples, n - len(out))
+                out.extend(await self.aread(storage, shard, range(take)))
+        return out
+
+    def head(self, n: int = 5) -> list[Any]:
+        """Sync :meth:`ahead`."""
+        return asyncio.run(self.ahead(n))
+
+    # -- persistent index ---------------------------------------------------------------
+
+    def persistent_index(self) -> PersistentIndex:
+        """Everything discovery learnt, as a :class:`PersistentIndex`."""
+        entries = tuple(
+            PersistentEntry(s.uri[len(self.root) :], s.size_bytes, s.version, s.num_samples, idx)
+            for s, idx in zip(self.shards, self.indexes, strict=True)
+        )
+        return PersistentIndex(self.format, entries, self.format_meta)
+
+    async def awrite_index(self, out: str | None = None) -> str:
+        """Write the persistent index beside the dataset (or to ``out``); returns its URI."""
+        target = out or self.root + PERSISTENT_INDEX_NAME
+        async with open_storage(target, dict(self._storage_options)) as storage:
+            await storage.write(target, self.persistent_index().to_bytes())
+        return target

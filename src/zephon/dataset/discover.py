@@ -1,0 +1,401 @@
+"""Discovery: from a path to a :class:`~zephon.dataset.core.Dataset`, reading metadata only.
+
+Requests grow with the number of shards (a listing page per thousand objects, a footer or
+header per shard), never with samples; the exceptions are formats with no random-access
+metadata (plain JSONL, tar), scanned once and then served from the local index cache or a
+persistent index. Shards are processed concurrently, bounded by the storage limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import functools
+import json
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon.dataset.builders import build_jsonl, build_parquet, build_records, build_tar
+from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
+from zephon.errors import ConfigError, FormatError, NotFound, StorageError
+from zephon.formats import parquet as parquet_format
+from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
+from zephon.formats.jsonl import JsonlCodec
+from zephon.formats.litdata import LitDataCodec, parse_litdata_index
+from zephon.formats.mds import MdsCodec, parse_mds_index
+from zephon.formats.parquet import ParquetCodec
+from zephon.formats.webdataset import WebDatasetCodec
+from zephon.refs import ObjectInfo, ShardInfo
+from zephon.storage import ManagedStorage
+from zephon.storage.uri import scheme_of
+
+__all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
+
+FORMATS = ("jsonl", "parquet", "mds", "webdataset", "litdata")
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex
+_EXTENSIONS = {
+    "jsonl": (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".jsonl.zstd", ".json.zst"),
+    "parquet": (".parquet", ".pq"),
+    "webdataset": (".tar",),
+}
+_GLOB = re.compile(r"[*?\[]")
+_DIGITS = re.compile(r"(\d+)")
+_SHARD_CONCURRENCY = 32
+
+
+def natural_key(uri: str) -> tuple[Any, ...]:
+    """Sort key that orders ``shard-2`` before ``shard-10``."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(uri))
+
+
+def format_of(uri: str) -> str | None:
+    """The format an object's extension implies, or ``None``."""
+    lower = uri.lower()
+    for name, exts in _EXTENSIONS.items():
+        if lower.endswith(exts):
+            return name
+    return None
+
+
+def _basename(uri: str) -> str:
+    return uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _hidden(uri: str, root: str) -> bool:
+    return any(part.startswith((".", "_")) for part in uri[len(root) :].split("/"))
+
+
+@dataclass
+class DiscoveryStats:
+    """What discovery cost: requests and bytes, objects listed, shards scanned or cached."""
+
+    requests: int = 0
+    bytes_read: int = 0
+    listed: int = 0
+    indexed: int = 0
+    cache_hits: int = 0
+    from_persistent_index: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Discovered:
+    format: str
+    root: str
+    shards: list[ShardInfo]
+    indexes: list[AnyIndex]
+    codec: Any
+    format_meta: dict[str, Any]
+    stats: DiscoveryStats = field(default_factory=DiscoveryStats)
+
+
+@dataclass
+class _Context:
+    name: str
+    storage: ManagedStorage
+    cache: IndexCache | None
+    columns: list[str] | None
+    allow_pickle: bool
+    stats: DiscoveryStats
+    persistent: PersistentIndex | None = None
+    root: str = ""
+    by_uri: dict[str, Any] = field(default_factory=dict)
+
+
+def _absolute(path: str) -> str:
+    if scheme_of(path) == "file":
+        local = path[len("file://") :] if path.startswith("file://") else path
+        absolute = os.path.abspath(local)
+        return absolute + ("/" if local.endswith("/") and absolute != "/" else "")
+    return path
+
+
+async def _resolve(
+    storage: ManagedStorage, path: str | Sequence[str]
+) -> tuple[list[ObjectInfo], str]:
+    """The objects a path names and the dataset root (a prefix ending in '/')."""
+    if not isinstance(path, str):
+        uris = [_absolute(p) for p in path]
+        if not uris:
+            raise ConfigError("path is an empty list")
+        infos = list(await asyncio.gather(*(storage.stat(u) for u in uris)))
+        dirs = [u.rsplit("/", 1)[0] + "/" for u in uris]
+        root = os.path.commonprefix(dirs)  # noqa: RUF071  (URIs, not OS paths)
+        return infos, root[: root.rfind("/") + 1]
+    path = _absolute(path)
+    match = _GLOB.search(path)
+    if match:
+        prefix = path[: match.start()]
+        root = prefix.rsplit("/", 1)[0] + "/"
+        infos = [i async for i in storage.list(root) if fnmatch.fnmatchcase(i.uri, path)]
+        if not infos:
+            raise NotFound("no objects match the pattern", uri=path)
+        return infos, root
+    has_key = "://" not in path or path.split("://", 1)[1].strip("/").count("/") > 0
+    if has_key and not path.endswith("/"):
+        try:
+            info = await storage.stat(path)
+            return [info], path.rsplit("/", 1)[0] + "/"
+        except NotFound:
+            if scheme_of(path) in ("http", "https"):
+                raise
+    root = path if path.endswith("/") else path + "/"
+    infos = [i async for i in storage.list(root)]
+    if not infos:
+        raise NotFound("no objects under the prefix", uri=root)
+    return infos, root
+
+
+async def _bounded(jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    sem = asyncio.Semaphore(_SHARD_CONCURRENCY)
+
+    async def run(job: Callable[[], Awaitable[Any]]) -> Any:
+        async with sem:
+            return await job()
+
+    return list(await asyncio.gather(*(run(j) for j in jobs)))
+
+
+async def _index_for(
+    ctx: _Context, info: ObjectInfo, kind: str, build: Callable[[], Awaitable[AnyIndex]]
+) -> AnyIndex:
+    entry = ctx.by_uri.get(info.uri)
+    if entry is not None and entry.version == info.version and entry.size_bytes == info.size_bytes:
+        ctx.stats.from_persistent_index += 1
+        return _rebuild_columns(entry.index, info, ctx)
+    use_cache = ctx.cache is not None and scheme_of(info.uri) != "memory"
+    if use_cache:
+        assert ctx.cache is not None
+        cached = ctx.cache.get(info.uri, info.version, info.size_bytes, kind)
+        if cached is not None:
+            ctx.stats.cache_hits += 1
+            return _rebuild_columns(cached, info, ctx)
+    index = await build()
+    ctx.stats.indexed += 1
+    if use_cache:
+        assert ctx.cache is not None
+        ctx.cache.put(info.uri, info.version, info.size_bytes, kind, index)
+    return index
+
+
+def _rebuild_columns(index: AnyIndex, info: ObjectInfo, ctx: _Context) -> AnyIndex:
+    if isinstance(index, RowGroupIndex):
+        try:
+            return parquet_format.index_from_footer(index.footer, info.size_bytes, ctx.columns)
+        except ValueError as exc:
+            raise FormatError(str(exc), dataset=ctx.name, uri=info.uri) from None
+    return index
+
+
+async def _simple_format(
+    ctx: _Context, fmt: str, objects: list[ObjectInfo]
+) -> tuple[list[ObjectInfo], list[AnyIndex], Any]:
+    shards = sorted(
+        (o for o in objects if format_of(o.uri) == fmt and not _hidden(o.uri, ctx.root)),
+        key=lambda o: natural_key(o.uri),
+    )
+    if not shards:
+        raise FormatError(f"no {fmt} shards found", dataset=ctx.name, uri=ctx.root)
+    st = ctx.storage
+    builders: dict[str, Callable[[ObjectInfo], Awaitable[AnyIndex]]] = {
+        "jsonl": lambda i: build_jsonl(st, i, ctx.name),
+        "parquet": lambda i: build_parquet(st, i, ctx.name, None),
+        "webdataset": lambda i: build_tar(st, i, ctx.name),
+    }
+    build = builders[fmt]
+    indexes = await _bounded(
+        [functools.partial(_index_for, ctx, i, fmt, functools.partial(build, i)) for i in shards]
+    )
+    if fmt == "jsonl":
+        codec: Any = JsonlCodec(ctx.name)
+    elif fmt == "parquet":
+        codec = ParquetCodec(ctx.name, ctx.columns)
+    else:
+        codec = WebDatasetCodec(ctx.name)
+    return shards, indexes, codec
+
+
+async def _stat_members(
+    ctx: _Context, names: Sequence[str], listed: dict[str, ObjectInfo]
+) -> list[ObjectInfo]:
+    uris = [ctx.root + n for n in names]
+    missing = [u for u in uris if u not in listed]
+    stats = await asyncio.gather(*(ctx.storage.stat(u) for u in missing))
+    found = {**listed, **{i.uri: i for i in stats}}
+    return [found[u] for u in uris]
+
+
+async def _indexed_format(
+    ctx: _Context,
+    fmt: str,
+    index_json: ObjectInfo | None,
+    raw: bytes | None,
+    objects: list[ObjectInfo],
+) -> tuple[list[ObjectInfo], list[AnyIndex], Any, dict[str, Any]]:
+    """MDS or LitData: an ``index.json`` names the shards and their sample counts."""
+    listed = {o.uri: o for o in objects}
+    if ctx.persistent is not None and ctx.persistent.format == fmt:
+        meta = ctx.persistent.format_meta
+        names = [e.path for e in ctx.persistent.entries]
+        counts = [e.num_samples for e in ctx.persistent.entries]
+    else:
+        if index_json is None:
+            raise FormatError(f"{fmt} dataset has no index.json", dataset=ctx.name, uri=ctx.root)
+        if raw is None:
+            raw = await ctx.storage.read(index_json.uri, version=index_json.version)
+        try:
+            if fmt == "mds":
+                specs = parse_mds_index(raw)
+                compressed = [s.basename for s in specs if s.compressed]
+                if compressed:
+                    raise ValueError(
+                        f"compressed MDS shards ({compressed[0]}, ...) are not supported; "
+                        "write the dataset without compression"
+                    )
+                names = [s.basename for s in specs]
+                counts = [s.num_samples for s in specs]
+                meta = {
+                    "columns": {
+                        s.basename: [s.column_names, s.column_encodings, s.column_sizes]
+                        for s in specs
+                    }
+                }
+            else:
+                chunks, config = parse_litdata_index(raw)
+                names = [c[0] for c in chunks]
+                counts = [c[1] for c in chunks]
+                meta = {"config": config}
+        except ValueError as exc:
+            raise FormatError(str(exc), dataset=ctx.name, uri=index_json.uri) from None
+    infos = await _stat_members(ctx, names, listed)
+    indexes = await _bounded(
+        [
+            functools.partial(
+                _index_for,
+                ctx,
+                info,
+                fmt,
+                functools.partial(build_records, ctx.storage, info, ctx.name, count),
+            )
+            for info, count in zip(infos, counts, strict=True)
+        ]
+    )
+    if fmt == "mds":
+        columns = {
+            ctx.root + name: (cols[0], cols[1], cols[2]) for name, cols in meta["columns"].items()
+        }
+        codec: Any = MdsCodec(ctx.name, columns, ctx.allow_pickle)
+    else:
+        codec = LitDataCodec(ctx.name, meta["config"], ctx.allow_pickle)
+    return infos, indexes, codec, meta
+
+
+def _detect(
+    ctx: _Context, objects: list[ObjectInfo], index_json: ObjectInfo | None, raw_index: bytes | None
+) -> str:
+    if ctx.persistent is not None:
+        return ctx.persistent.format
+    if raw_index is not None:
+        try:
+            obj = json.loads(raw_index)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and "shards" in obj:
+            return "mds"
+        if isinstance(obj, dict) and "chunks" in obj and "config" in obj:
+            return "litdata"
+        assert index_json is not None
+        raise FormatError(
+            "index.json is neither an MDS nor a LitData index", dataset=ctx.name, uri=index_json.uri
+        )
+    found = {format_of(o.uri) for o in objects if not _hidden(o.uri, ctx.root)} - {None}
+    if len(found) > 1:
+        raise FormatError(
+            f"mixed formats {sorted(f for f in found if f)}; pass format= to choose one",
+            dataset=ctx.name,
+            uri=ctx.root,
+        )
+    if not found:
+        raise FormatError(
+            "unknown format: no index.json and no .jsonl/.json(.gz/.zst), .parquet or .tar "
+            "shards; pass format=",
+            dataset=ctx.name,
+            uri=ctx.root,
+        )
+    return str(found.pop())
+
+
+async def discover(
+    name: str,
+    path: str | Sequence[str],
+    storage: ManagedStorage,
+    *,
+    format: str | None,
+    columns: Sequence[str] | None,
+    allow_pickle: bool,
+    cache: IndexCache | None,
+    index_uri: str | None = None,
+) -> Discovered:
+    """Find a dataset's shards and build every shard index (see the module docstring)."""
+    if format is not None and format not in FORMATS:
+        raise ConfigError(f"format must be one of {FORMATS}, got {format!r}")
+    started = time.perf_counter()
+    stats = DiscoveryStats()
+    ctx = _Context(name, storage, cache, list(columns) if columns else None, allow_pickle, stats)
+    before = (storage.stats.requests, storage.stats.bytes_read)
+    try:
+        objects, root = await _resolve(storage, path)
+        stats.listed = len(objects)
+        ctx.root = root
+        index_json: ObjectInfo | None = None
+        persistent_info: ObjectInfo | None = None
+        for o in objects:
+            if o.uri == root + "index.json":
+                index_json = o
+            elif o.uri == root + PERSISTENT_INDEX_NAME:
+                persistent_info = o
+        if len(objects) == 1 and _basename(objects[0].uri) in ("index.json", PERSISTENT_INDEX_NAME):
+            objects = []  # the path named the index file itself
+        if index_uri is not None:
+            persistent_info = await storage.stat(index_uri)
+        if persistent_info is not None:
+            raw = await storage.read(persistent_info.uri, version=persistent_info.version)
+            try:
+                ctx.persistent = PersistentIndex.from_bytes(raw)
+            except ValueError as exc:
+                raise FormatError(str(exc), dataset=name, uri=persistent_info.uri) from None
+            if format is not None and ctx.persistent.format != format:
+                ctx.persistent = None  # an index of another format says nothing about this one
+            else:
+                ctx.by_uri = {root + e.path: e for e in ctx.persistent.entries}
+        raw_index = None
+        if index_json is not None and ctx.persistent is None and format in (None, "mds", "litdata"):
+            raw_index = await storage.read(index_json.uri, version=index_json.version)
+        fmt = format or _detect(ctx, objects, index_json, raw_index)
+        if fmt in ("mds", "litdata"):
+            infos, indexes, codec, meta = await _indexed_format(
+                ctx, fmt, index_json, raw_index, objects
+            )
+        else:
+            if ctx.persistent is not None and not objects:  # an index over HTTP: no listing
+                objects = [
+                    ObjectInfo(root + e.path, e.size_bytes, e.version)
+                    for e in ctx.persistent.entries
+                ]
+            infos, indexes, codec = await _simple_format(ctx, fmt, objects)
+            meta = {}
+    except StorageError as exc:
+        exc.dataset = name
+        raise
+    shards = [
+        ShardInfo(i.uri, idx.num_samples, i.size_bytes, i.version)
+        for i, idx in zip(infos, indexes, strict=True)
+    ]
+    stats.requests = storage.stats.requests - before[0]
+    stats.bytes_read = storage.stats.bytes_read - before[1]
+    stats.seconds = time.perf_counter() - started
+    return Discovered(fmt, root, shards, indexes, codec, meta, stats)

@@ -1,0 +1,163 @@
+"""Shard indexes: where each sample's bytes lie inside a shard.
+
+Three shapes cover every format:
+
+- :class:`RecordIndex`: sample ``i`` is the contiguous byte span ``[offsets[i], offsets[i+1])``
+  (JSONL lines, MDS and LitData samples, WebDataset member groups). Neighbouring samples are
+  neighbouring bytes, so a run of samples is one range read.
+- :class:`RowGroupIndex`: samples are rows; the read unit is a row group, and only the column
+  chunks of the selected columns are read (Parquet).
+- :class:`StreamIndex`: the shard is compressed as a whole (``.jsonl.gz``, ``.zst``); the read
+  unit is the whole shard, and ``offsets`` are positions in the decompressed stream.
+
+Indexes serialise to compact bytes (``to_bytes``/``from_bytes``) for the local index cache and
+for persistent indexes written by ``zephon index``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["RecordIndex", "RowGroupIndex", "ShardIndex", "StreamIndex", "index_from_bytes"]
+
+ShardIndex = "RecordIndex | RowGroupIndex | StreamIndex"
+
+_MAGIC = b"ZIX1"
+
+
+def _pack(kind: str, meta: dict[str, object], arrays: dict[str, np.ndarray]) -> bytes:
+    header = json.dumps(
+        {
+            "kind": kind,
+            "meta": meta,
+            "arrays": {k: [str(a.dtype), list(a.shape)] for k, a in arrays.items()},
+        }
+    ).encode()
+    body = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays.values())
+    return _MAGIC + struct.pack("<I", len(header)) + header + zlib.compress(body, 1)
+
+
+def _unpack(data: bytes) -> tuple[str, dict[str, object], dict[str, np.ndarray]]:
+    if data[:4] != _MAGIC:
+        raise ValueError("not a Zephon shard index")
+    (hlen,) = struct.unpack_from("<I", data, 4)
+    header = json.loads(data[8 : 8 + hlen])
+    body = zlib.decompress(data[8 + hlen :])
+    arrays, pos = {}, 0
+    for name, (dtype, shape) in header["arrays"].items():
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape)) if shape else 1
+        arrays[name] = np.frombuffer(body, dt, count, pos).reshape(shape)
+        pos += count * dt.itemsize
+    return header["kind"], header["meta"], arrays
+
+
+@dataclass(frozen=True, eq=False)
+class RecordIndex:
+    """Sample ``i`` occupies bytes ``[offsets[i], offsets[i+1])`` (int64 offsets, n+1 long)."""
+
+    offsets: np.ndarray
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.offsets) - 1
+
+    def sample_nbytes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def span(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """Byte ranges holding samples ``[start, stop)``: one contiguous range."""
+        return [(int(self.offsets[start]), int(self.offsets[stop]))]
+
+    def to_bytes(self) -> bytes:
+        return _pack("record", {}, {"offsets": self.offsets.astype("<i8")})
+
+
+@dataclass(frozen=True, eq=False)
+class RowGroupIndex:
+    """Rows ``[row_starts[g], row_starts[g+1])`` form row group ``g``, whose selected column
+    chunks are the byte ranges ``chunks[g]`` (shape ``(groups, columns, 2)``). ``footer`` is the
+    raw Parquet footer (metadata) the decoder needs."""
+
+    row_starts: np.ndarray
+    chunks: np.ndarray
+    footer: bytes
+    group_nbytes: np.ndarray
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.row_starts[-1])
+
+    def sample_nbytes(self) -> np.ndarray:
+        rows = np.diff(self.row_starts)
+        per_row = np.divide(self.group_nbytes, np.maximum(rows, 1))
+        return np.repeat(per_row, rows)
+
+    def groups(self, start: int, stop: int) -> range:
+        first = int(np.searchsorted(self.row_starts, start, side="right")) - 1
+        last = int(np.searchsorted(self.row_starts, stop, side="left"))
+        return range(first, last)
+
+    def span(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """Column-chunk ranges of the row groups holding rows ``[start, stop)``."""
+        return [(int(a), int(b)) for g in self.groups(start, stop) for a, b in self.chunks[g]]
+
+    def to_bytes(self) -> bytes:
+        return _pack(
+            "rowgroup",
+            {"footer": self.footer.hex()},
+            {
+                "row_starts": self.row_starts.astype("<i8"),
+                "chunks": self.chunks.astype("<i8"),
+                "group_nbytes": self.group_nbytes.astype("<i8"),
+            },
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class StreamIndex:
+    """A whole-shard-compressed shard of ``size_bytes``; sample ``i`` is decompressed bytes
+    ``[offsets[i], offsets[i+1])``."""
+
+    offsets: np.ndarray
+    size_bytes: int
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.offsets) - 1
+
+    def sample_nbytes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def span(self, start: int, stop: int) -> list[tuple[int, int]]:
+        return [(0, self.size_bytes)]
+
+    def to_bytes(self) -> bytes:
+        return _pack(
+            "stream", {"size_bytes": self.size_bytes}, {"offsets": self.offsets.astype("<i8")}
+        )
+
+
+def index_from_bytes(data: bytes) -> RecordIndex | RowGroupIndex | StreamIndex:
+    """Inverse of ``to_bytes`` of any index. Raises ``ValueError`` on foreign or corrupt bytes."""
+    try:
+        kind, meta, arrays = _unpack(data)
+    except (struct.error, zlib.error, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"corrupt shard index ({type(exc).__name__})") from None
+    if kind == "record":
+        return RecordIndex(arrays["offsets"])
+    if kind == "rowgroup":
+        return RowGroupIndex(
+            arrays["row_starts"],
+            arrays["chunks"],
+            bytes.fromhex(str(meta["footer"])),
+            arrays["group_nbytes"],
+        )
+    if kind == "stream":
+        return StreamIndex(arrays["offsets"], int(str(meta["size_bytes"])))
+    raise ValueError(f"unknown shard index kind {kind!r}")

@@ -1,0 +1,164 @@
+"""JSON Lines: one JSON object per line; plain, gzip or zstd compressed.
+
+The index of a plain shard holds the byte offset of every non-blank line (blank lines join the
+span of the line before them, which ``json.loads`` ignores as whitespace), so any run of lines is
+one range read. A compressed shard can only be read from its start: its index holds offsets in
+the decompressed stream, and its read unit is the whole shard.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import FormatError
+from zephon.formats.blob import Blob
+from zephon.formats.index import RecordIndex, StreamIndex
+from zephon.refs import ShardInfo
+
+__all__ = ["JsonlCodec", "LineIndexer", "compression_of", "decompressor"]
+
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[list(b" \t\r\n\f\v")] = True
+
+
+def compression_of(uri: str) -> str | None:
+    """``"gzip"``, ``"zstd"`` or ``None`` from the shard's extension."""
+    if uri.endswith(".gz"):
+        return "gzip"
+    if uri.endswith((".zst", ".zstd")):
+        return "zstd"
+    return None
+
+
+class _Decompressor:
+    """Incremental decompression; every failure of the codec surfaces as ``ValueError``."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        if kind == "gzip":
+            self._obj: Any = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+        else:
+            import zstandard
+
+            self._obj = zstandard.ZstdDecompressor().decompressobj()
+
+    def feed(self, data: bytes) -> bytes:
+        try:
+            return bytes(self._obj.decompress(data))
+        except Exception as exc:  # zlib.error, zstandard.ZstdError: the codec's own errors
+            raise ValueError(f"corrupt {self.kind} stream ({type(exc).__name__})") from None
+
+    def finish(self) -> None:
+        """Raise ``ValueError`` if the stream stopped before its end marker."""
+        if not getattr(self._obj, "eof", True):
+            raise ValueError(f"truncated {self.kind} stream")
+
+
+def decompressor(kind: str) -> _Decompressor:
+    """An incremental decompressor for ``gzip`` or ``zstd``."""
+    return _Decompressor(kind)
+
+
+class LineIndexer:
+    """Finds the start of every non-blank line in a stream fed chunk by chunk, in order.
+
+    Work per chunk is a few numpy passes; only a line that starts with whitespace is looked at
+    in Python (to tell a blank line from an indented object), and only the unfinished last line
+    of a chunk is carried over to the next one.
+    """
+
+    def __init__(self) -> None:
+        self._carry = b""
+        self._carry_at = 0
+        self._starts: list[np.ndarray] = []
+        self.size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        buf = self._carry + chunk if self._carry else chunk
+        base = self._carry_at
+        self.size += len(chunk)
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        newlines = np.flatnonzero(arr == 10)
+        if len(newlines) == 0:
+            self._carry, self._carry_at = buf, base
+            return
+        starts = np.concatenate(([0], newlines[:-1] + 1))
+        self._keep(buf, arr, starts, newlines + 1, base)
+        cut = int(newlines[-1]) + 1
+        self._carry, self._carry_at = buf[cut:], base + cut
+
+    def _keep(
+        self, buf: bytes, arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, base: int
+    ) -> None:
+        nonempty = starts < ends
+        starts, ends = starts[nonempty], ends[nonempty]
+        suspect = _WHITESPACE[arr[starts]]
+        if suspect.any():
+            keep = ~suspect
+            for j in np.flatnonzero(suspect):
+                keep[j] = bool(buf[int(starts[j]) : int(ends[j])].strip())
+            starts = starts[keep]
+        self._starts.append(starts.astype(np.int64) + base)
+
+    def finish(self) -> np.ndarray:
+        """Offsets (int64, n+1): line starts and the stream's end."""
+        if self._carry:
+            arr = np.frombuffer(self._carry, dtype=np.uint8)
+            self._keep(
+                self._carry, arr, np.array([0]), np.array([len(self._carry)]), self._carry_at
+            )
+            self._carry = b""
+        starts = np.concatenate(self._starts) if self._starts else np.zeros(0, np.int64)
+        return np.concatenate((starts, [self.size])).astype(np.int64)
+
+
+class JsonlCodec:
+    """Decodes JSON Lines samples. Each sample is the parsed object (a ``dict``)."""
+
+    format = "jsonl"
+
+    def __init__(self, dataset: str) -> None:
+        self.dataset = dataset
+
+    def decode(
+        self,
+        shard: ShardInfo,
+        index: RecordIndex | StreamIndex,
+        blob: Blob,
+        samples: Sequence[int],
+    ) -> list[dict[str, Any]]:
+        offsets = index.offsets
+        if isinstance(index, StreamIndex):
+            kind = compression_of(shard.uri) or "gzip"
+            try:
+                stream = decompressor(kind)
+                raw = stream.feed(bytes(blob.slice(0, shard.size_bytes)))
+                stream.finish()
+            except ValueError as exc:
+                raise FormatError(str(exc), dataset=self.dataset, uri=shard.uri) from None
+            lines = [raw[offsets[i] : offsets[i + 1]] for i in samples]
+        else:
+            lines = [blob.bytes(int(offsets[i]), int(offsets[i + 1])) for i in samples]
+        out: list[dict[str, Any]] = []
+        loads = json.loads
+        for i, line in zip(samples, lines, strict=True):
+            try:
+                value = loads(line)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise FormatError(
+                    f"line is not valid JSON ({exc})", dataset=self.dataset, uri=shard.uri, sample=i
+                ) from None
+            if not isinstance(value, dict):
+                raise FormatError(
+                    f"line is JSON but not an object (got {type(value).__name__})",
+                    dataset=self.dataset,
+                    uri=shard.uri,
+                    sample=i,
+                )
+            out.append(value)
+        return out

@@ -1,0 +1,189 @@
+"""LitData (``litdata.optimize`` output): ``index.json`` lists chunks with sample counts and the
+pytree of one sample; each ``chunk-*.bin`` starts with its sample offsets.
+
+A sample is ``uint32 size per leaf`` + leaf bytes, rebuilt into the pytree (dicts, lists,
+tuples) described by ``config.data_spec``. Supported leaves: ``str``, ``bool``, ``int``,
+``float``, ``bytes``, ``numpy``/``no_header_numpy``, ``tensor``/``no_header_tensor`` (returned
+as numpy arrays: Zephon does not need torch to read), ``jpeg``/``image``/``file`` as encoded
+bytes. ``pickle`` is refused unless ``allow_pickle=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import FormatError
+from zephon.formats.blob import Blob
+from zephon.formats.index import RecordIndex
+from zephon.refs import ShardInfo
+
+__all__ = ["LitDataCodec", "parse_litdata_index"]
+
+# LitData's dtype tables (litdata/constants.py): numbering is part of the on-disk format.
+_NUMPY_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                 np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128,
+                 np.bool_]  # fmt: skip
+_TORCH_DTYPES = {0: "float32", 1: "float32", 2: "float64", 3: "float64", 4: "complex64",
+                 5: "complex64", 6: "complex128", 7: "complex128", 8: "float16", 9: "float16",
+                 11: "uint8", 12: "int8", 13: "int16", 14: "int16", 15: "int32", 16: "int32",
+                 17: "int64", 18: "int64", 19: "bool", 20: "uint16"}  # fmt: skip
+
+
+def parse_litdata_index(data: bytes) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """``([(chunk filename, samples)], config)`` of a LitData ``index.json``.
+
+    Raises ``ValueError`` if it is not one or uses features Zephon cannot read by range.
+    """
+    try:
+        obj = json.loads(data)
+        config = obj["config"]
+        chunks = [(str(c["filename"]), int(c["chunk_size"])) for c in obj["chunks"]]
+        data_format = list(config["data_format"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a LitData index.json ({type(exc).__name__}: {exc})") from None
+    if config.get("compression"):
+        raise ValueError(
+            f"LitData chunks compressed with {config['compression']!r} cannot be read by range"
+        )
+    if config.get("encryption"):
+        raise ValueError("encrypted LitData chunks are not supported")
+    if config.get("item_loader", "PyTreeLoader") != "PyTreeLoader":
+        raise ValueError(f"LitData item loader {config['item_loader']!r} is not supported")
+    if not data_format:
+        raise ValueError("LitData index has no data_format")
+    return chunks, config
+
+
+def _leaf_decoder(name: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
+    kind, _, arg = name.partition(":")
+    if kind in ("str", "text"):
+        return lambda d: str(d, "utf-8")
+    if kind == "bool":
+        return lambda d: d[0] != 0
+    if kind == "int":
+        return lambda d: struct.unpack("<q", d)[0]
+    if kind == "float":
+        return lambda d: struct.unpack("<d", d)[0]
+    if kind in ("bytes", "jpeg", "image", "file"):
+        return bytes
+    if kind == "no_header_numpy":
+        dt = np.dtype(_NUMPY_DTYPES[int(arg)])
+        return lambda d: np.frombuffer(d, dt).copy()
+    if kind == "no_header_tensor":
+        dt = np.dtype(_TORCH_DTYPES[int(arg)])
+        return lambda d: np.frombuffer(d, dt).copy()
+    if kind == "numpy":
+        return _numpy_with_header
+    if kind == "tensor":
+        return _tensor_with_header
+    if kind == "pickle":
+        if not allow_pickle:
+            raise ValueError(
+                "a field uses LitData's 'pickle' serializer, which runs code when loaded; "
+                "open the dataset with allow_pickle=True only if you trust its source"
+            )
+        return lambda d: pickle.loads(bytes(d))
+    raise ValueError(f"unsupported LitData serializer {name!r}")
+
+
+def _numpy_with_header(d: memoryview) -> np.ndarray:
+    dtype_index, ndim = struct.unpack_from("<II", d)
+    shape = struct.unpack_from(f"<{ndim}I", d, 8)
+    data = d[8 + 4 * ndim :]
+    return np.frombuffer(data, _NUMPY_DTYPES[dtype_index]).reshape(shape).copy()
+
+
+def _tensor_with_header(d: memoryview) -> np.ndarray:
+    dtype_index, ndim = struct.unpack_from(">II", d)
+    shape = struct.unpack_from(f">{ndim}I", d, 8)
+    data = d[8 + 4 * ndim :]
+    return np.frombuffer(data, _TORCH_DTYPES[dtype_index]).reshape(shape).copy()
+
+
+def _unflatten(spec: dict[str, Any], leaves: list[Any], pos: int) -> tuple[Any, int]:
+    kind = spec.get("type")
+    children = spec.get("children_spec") or []
+    if kind is None:
+        return leaves[pos], pos + 1
+    values = []
+    for child in children:
+        value, pos = _unflatten(child, leaves, pos)
+        values.append(value)
+    if kind in ("builtins.dict", "collections.OrderedDict"):
+        keys = json.loads(spec["context"])
+        return dict(zip(keys, values, strict=True)), pos
+    if kind == "builtins.tuple":
+        return tuple(values), pos
+    if kind == "builtins.list":
+        return values, pos
+    raise ValueError(f"unsupported pytree node {kind!r}")
+
+
+class LitDataCodec:
+    """Decodes LitData samples into the structure they were written with.
+
+    Args:
+        dataset: dataset name, for errors.
+        config: the ``config`` object of ``index.json``.
+        allow_pickle: allow the ``pickle`` serializer.
+
+    Raises:
+        FormatError: at construction, for refused or unknown serializers.
+    """
+
+    format = "litdata"
+
+    def __init__(self, dataset: str, config: dict[str, Any], allow_pickle: bool) -> None:
+        self.dataset = dataset
+        self.config = config
+        self.allow_pickle = allow_pickle
+        try:
+            self._setup()
+        except (ValueError, KeyError, IndexError) as exc:
+            raise FormatError(str(exc), dataset=dataset) from None
+
+    def _setup(self) -> None:
+        formats = list(self.config["data_format"])
+        self._decoders = [_leaf_decoder(name, self.allow_pickle) for name in formats]
+        spec = self.config.get("data_spec")
+        self._spec = json.loads(spec)[1] if spec else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "config": self.config, "allow_pickle": self.allow_pickle}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def decode(
+        self, shard: ShardInfo, index: RecordIndex, blob: Blob, samples: Sequence[int]
+    ) -> list[Any]:
+        out = []
+        n = len(self._decoders)
+        for i in samples:
+            data = blob.slice(int(index.offsets[i]), int(index.offsets[i + 1]))
+            try:
+                sizes = struct.unpack_from(f"<{n}I", data)
+                pos = 4 * n
+                leaves = []
+                for decode, size in zip(self._decoders, sizes, strict=True):
+                    if pos + size > len(data):
+                        raise ValueError("a field runs past the end of the sample")
+                    leaves.append(decode(data[pos : pos + size]))
+                    pos += size
+                value = _unflatten(self._spec, leaves, 0)[0] if self._spec else leaves
+            except (ValueError, struct.error, IndexError, KeyError, UnicodeDecodeError) as exc:
+                raise FormatError(
+                    f"corrupt LitData sample ({type(exc).__name__}: {exc})",
+                    dataset=self.dataset,
+                    uri=shard.uri,
+                    sample=i,
+                ) from None
+            out.append(value)
+        return out

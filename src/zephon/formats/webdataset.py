@@ -1,0 +1,189 @@
+"""WebDataset: tar files where the members sharing a key (the basename up to its first dot)
+form one sample, ``{"__key__": key, ext: bytes, ...}``.
+
+The index is built by one streaming pass over the tar headers (member data is skipped, never
+kept); a sample's span runs from its first member's header to the end of its last member's
+padded data, so a sample is one range read and neighbouring samples coalesce.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import FormatError
+from zephon.formats.blob import Blob
+from zephon.formats.index import RecordIndex
+from zephon.refs import ShardInfo
+
+__all__ = ["TarIndexer", "WebDatasetCodec", "split_key"]
+
+_BLOCK = 512
+_FILE_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
+_NAME_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE}
+
+
+def _padded(size: int) -> int:
+    return (size + _BLOCK - 1) // _BLOCK * _BLOCK
+
+
+def split_key(name: str) -> tuple[str, str]:
+    """``"dir/0001.jpg.json"`` -> ``("dir/0001", "jpg.json")``: WebDataset's key convention."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot < 0:
+        return name, ""
+    return name[:dot], name[dot + 1 :]
+
+
+def _pax_path(data: bytes) -> str | None:
+    pos = 0
+    while pos < len(data):
+        space = data.index(b" ", pos)
+        length = int(data[pos:space])
+        record = data[space + 1 : pos + length - 1]
+        key, _, value = record.partition(b"=")
+        if key == b"path":
+            return value.decode("utf-8")
+        pos += length
+    return None
+
+
+class TarIndexer:
+    """Parses tar headers from a stream fed chunk by chunk, in order, keeping no member data.
+
+    After ``finish()``, :attr:`members` lists ``(header_offset, name, data_offset, size)``.
+    """
+
+    def __init__(self, base: int = 0) -> None:
+        self.members: list[tuple[int, str, int, int]] = []
+        self._buf = b""
+        self._pos = base  # absolute offset of _buf[0]
+        self._skip = 0  # bytes still to drop before the next header
+        self._pending_name: str | None = None
+        self._entry_start: int | None = None  # where the extended header of the next member began
+        self._need_data: tuple[bytes, int, int] | None = None  # (type, size, header_offset)
+        self.ended = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.ended:
+            return
+        if self._skip >= len(chunk):
+            self._skip -= len(chunk)
+            self._pos += len(chunk)
+            return
+        if self._skip:
+            chunk = chunk[self._skip :]
+            self._pos += self._skip
+            self._skip = 0
+        self._buf = self._buf + chunk if self._buf else chunk
+        self._parse()
+
+    def _parse(self) -> None:
+        buf, at = self._buf, 0
+        while not self.ended:
+            if self._need_data is not None:
+                kind, size, header_at = self._need_data
+                if len(buf) - at < _padded(size):
+                    break
+                data = buf[at : at + size]
+                if kind == tarfile.GNUTYPE_LONGNAME:
+                    self._pending_name = data.rstrip(b"\0").decode("utf-8")
+                else:
+                    self._pending_name = _pax_path(data) or self._pending_name
+                at += _padded(size)
+                self._need_data = None
+                continue
+            if len(buf) - at < _BLOCK:
+                break
+            block = buf[at : at + _BLOCK]
+            header_at = self._pos + at
+            if block == b"\0" * _BLOCK:
+                self.ended = True
+                break
+            try:
+                info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+            except tarfile.HeaderError as exc:
+                raise ValueError(f"bad tar header at byte {header_at}: {exc}") from None
+            at += _BLOCK
+            if info.type in _NAME_TYPES:
+                self._entry_start = header_at if self._entry_start is None else self._entry_start
+                self._need_data = (info.type, info.size, header_at)
+                continue
+            start = self._entry_start if self._entry_start is not None else header_at
+            name = self._pending_name or info.name
+            self._pending_name, self._entry_start = None, None
+            if info.type in _FILE_TYPES:
+                self.members.append((start, name, self._pos + at, info.size))
+            padded = _padded(info.size)  # every entry type stores its data padded to blocks
+            if len(buf) - at >= padded:
+                at += padded
+            else:
+                self._skip = padded - (len(buf) - at)
+                at = len(buf)
+        self._buf = buf[at:]
+        self._pos += at
+
+    def finish(self) -> None:
+        if self._need_data is not None or (not self.ended and any(self._buf)):
+            raise ValueError("tar stream ends inside a member")
+
+
+def sample_offsets(members: Sequence[tuple[int, str, int, int]], end: int) -> np.ndarray:
+    """Offsets of samples (runs of members sharing a key) for a :class:`RecordIndex`."""
+    starts: list[int] = []
+    last_key: str | None = None
+    for header_at, name, _, _ in members:
+        key, _ = split_key(name)
+        if key != last_key:
+            starts.append(header_at)
+            last_key = key
+    if members:
+        _, _, data_at, size = members[-1]
+        end = data_at + _padded(size)
+    return np.array([*starts, end], dtype=np.int64)
+
+
+def _members_in(buf: bytes, base: int) -> Iterator[tuple[str, bytes]]:
+    indexer = TarIndexer(base)
+    indexer.feed(buf)
+    for _, name, data_at, size in indexer.members:
+        yield name, buf[data_at - base : data_at - base + size]
+
+
+class WebDatasetCodec:
+    """Decodes WebDataset samples into ``{"__key__": key, ext: bytes}``."""
+
+    format = "webdataset"
+
+    def __init__(self, dataset: str) -> None:
+        self.dataset = dataset
+
+    def decode(
+        self, shard: ShardInfo, index: RecordIndex, blob: Blob, samples: Sequence[int]
+    ) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for i in samples:
+            start, stop = int(index.offsets[i]), int(index.offsets[i + 1])
+            sample: dict[str, Any] = {}
+            try:
+                for name, data in _members_in(bytes(blob.slice(start, stop)), start):
+                    key, ext = split_key(name)
+                    if "__key__" in sample and key != sample["__key__"]:
+                        break  # the sample's span also holds trailing padding entries
+                    sample["__key__"] = key
+                    sample[ext] = data
+            except ValueError as exc:
+                raise FormatError(str(exc), dataset=self.dataset, uri=shard.uri, sample=i) from None
+            if "__key__" not in sample:
+                raise FormatError(
+                    "no tar member where the index put a sample",
+                    dataset=self.dataset,
+                    uri=shard.uri,
+                    sample=i,
+                )
+            out.append(sample)
+        return out
