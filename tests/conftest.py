@@ -60,3 +60,9 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     url = server.start()
     yield url, root
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_index_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own local index cache, so no test sees another's indexes."""
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "zephon-cache"))

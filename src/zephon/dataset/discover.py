@@ -150,6 +150,10 @@ async def _resolve(
     return infos, root
 
 
+async def _read_whole(storage: ManagedStorage, info: ObjectInfo) -> bytes:
+    return await storage.read(info.uri, 0, info.size_bytes, version=info.version)
+
+
 async def _bounded(jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
     sem = asyncio.Semaphore(_SHARD_CONCURRENCY)
 
@@ -246,7 +250,7 @@ async def _indexed_format(
         if index_json is None:
             raise FormatError(f"{fmt} dataset has no index.json", dataset=ctx.name, uri=ctx.root)
         if raw is None:
-            raw = await ctx.storage.read(index_json.uri, version=index_json.version)
+            raw = await _read_whole(ctx.storage, index_json)
         try:
             if fmt == "mds":
                 specs = parse_mds_index(raw)
@@ -363,7 +367,7 @@ async def discover(
         if index_uri is not None:
             persistent_info = await storage.stat(index_uri)
         if persistent_info is not None:
-            raw = await storage.read(persistent_info.uri, version=persistent_info.version)
+            raw = await _read_whole(storage, persistent_info)
             try:
                 ctx.persistent = PersistentIndex.from_bytes(raw)
             except ValueError as exc:
@@ -374,7 +378,7 @@ async def discover(
                 ctx.by_uri = {root + e.path: e for e in ctx.persistent.entries}
         raw_index = None
         if index_json is not None and ctx.persistent is None and format in (None, "mds", "litdata"):
-            raw_index = await storage.read(index_json.uri, version=index_json.version)
+            raw_index = await _read_whole(storage, index_json)
         fmt = format or _detect(ctx, objects, index_json, raw_index)
         if fmt in ("mds", "litdata"):
             infos, indexes, codec, meta = await _indexed_format(

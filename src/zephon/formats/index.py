@@ -110,8 +110,9 @@ class RowGroupIndex:
     def to_bytes(self) -> bytes:
         return _pack(
             "rowgroup",
-            {"footer": self.footer.hex()},
+            {},
             {
+                "footer": np.frombuffer(self.footer, np.uint8),
                 "row_starts": self.row_starts.astype("<i8"),
                 "chunks": self.chunks.astype("<i8"),
                 "group_nbytes": self.group_nbytes.astype("<i8"),
@@ -155,7 +156,7 @@ def index_from_bytes(data: bytes) -> RecordIndex | RowGroupIndex | StreamIndex:
         return RowGroupIndex(
             arrays["row_starts"],
             arrays["chunks"],
-            bytes.fromhex(str(meta["footer"])),
+            arrays["footer"].tobytes(),
             arrays["group_nbytes"],
         )
     if kind == "stream":

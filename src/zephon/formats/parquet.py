@@ -78,8 +78,9 @@ class _SparseFile(io.RawIOBase):
 
 
 def _metadata(footer: bytes, size: int) -> pq.FileMetaData:
-    blob = Blob([(size - len(footer), footer)])
-    return pq.ParquetFile(_SparseFile(size, blob)).metadata
+    # The footer alone, behind a leading magic, is a file pyarrow can parse metadata from; the
+    # offsets inside still refer to the real file, which is all the decoder needs.
+    return pq.ParquetFile(pa.BufferReader(_MAGIC + footer)).metadata
 
 
 def _column_indices(md: pq.FileMetaData, columns: Sequence[str] | None) -> list[int]:
@@ -146,9 +147,9 @@ class ParquetCodec:
         md = _cached_metadata(index.footer, shard.size_bytes)
         full = Blob([*blob.parts, (shard.size_bytes - len(index.footer), index.footer)])
         source = pq.ParquetFile(_SparseFile(shard.size_bytes, full), metadata=md)
-        lo, hi = min(samples), max(samples) + 1
+        groups = np.searchsorted(index.row_starts, np.asarray(samples), side="right") - 1
         rows: dict[int, dict[str, Any]] = {}
-        for g in index.groups(lo, hi):
+        for g in sorted(set(groups.tolist())):
             first = int(index.row_starts[g])
             try:
                 table = source.read_row_group(g, columns=self.columns)

@@ -128,7 +128,7 @@ class TarIndexer:
         self._pos += at
 
     def finish(self) -> None:
-        if self._need_data is not None or (not self.ended and any(self._buf)):
+        if self._need_data is not None or self._skip or (not self.ended and any(self._buf)):
             raise ValueError("tar stream ends inside a member")
 
 

@@ -1,0 +1,195 @@
+"""Bad input gets a typed error naming the dataset, the shard and, where known, the sample."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.formatdata import FIXTURES, reference, to_jsonable, write_jsonl, write_parquet
+from zephon.cli import main
+from zephon.dataset import Dataset
+from zephon.errors import ConfigError, FormatError, NotFound, ObjectChanged
+from zephon.testing import S3Endpoint
+
+pytestmark = pytest.mark.integration
+
+
+def test_missing_local_path(tmp_path: Path) -> None:
+    with pytest.raises(NotFound) as info:
+        Dataset.from_path("web", str(tmp_path / "nope"))
+    assert "nope" in str(info.value) and "'web'" in str(info.value)
+
+
+def test_missing_bucket(s3_endpoint: S3Endpoint) -> None:
+    with pytest.raises(NotFound) as info:
+        Dataset.from_path(
+            "web", "s3://zephon-no-such-bucket/x/", storage_options=s3_endpoint.storage_options()
+        )
+    assert "zephon-no-such-bucket" in str(info.value) and info.value.dataset == "web"
+
+
+def test_unknown_and_mixed_formats(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("x,y\n")
+    with pytest.raises(FormatError, match="unknown format"):
+        Dataset.from_path("d", str(tmp_path))
+    write_jsonl(tmp_path, shards=1)
+    write_parquet(tmp_path, shards=1)
+    with pytest.raises(FormatError, match="mixed formats") as info:
+        Dataset.from_path("d", str(tmp_path))
+    assert info.value.dataset == "d"
+    assert Dataset.from_path("d", str(tmp_path), format="parquet").num_samples == 250
+    with pytest.raises(ConfigError, match="format must be one of"):
+        Dataset.from_path("d", str(tmp_path), format="csv")
+
+
+def test_line_that_is_not_json_names_the_sample(tmp_path: Path) -> None:
+    (tmp_path / "s.jsonl").write_text('{"a": 1}\n{"a": 2}\n{"a": 3\n{"a": 4}\n')
+    ds = Dataset.from_path("web", str(tmp_path))
+    with pytest.raises(FormatError) as info:
+        ds.head(4)
+    err = info.value
+    assert (err.dataset, err.sample) == ("web", 2) and err.uri is not None
+    assert err.uri.endswith("s.jsonl") and "not valid JSON" in str(err)
+    (tmp_path / "s.jsonl").write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(FormatError, match="not an object"):
+        Dataset.from_path("web", str(tmp_path)).head(2)
+
+
+def test_corrupt_parquet_footer(tmp_path: Path) -> None:
+    write_parquet(tmp_path, shards=2)
+    data = (tmp_path / "shard-01.parquet").read_bytes()
+    (tmp_path / "shard-01.parquet").write_bytes(data[:-40] + b"\xff" * 36 + data[-4:])
+    with pytest.raises(FormatError) as info:
+        Dataset.from_path("tab", str(tmp_path))
+    assert info.value.uri is not None and info.value.uri.endswith("shard-01.parquet")
+    (tmp_path / "shard-01.parquet").write_bytes(data[: len(data) // 2])  # truncated
+    with pytest.raises(FormatError, match="PAR1"):
+        Dataset.from_path("tab", str(tmp_path))
+
+
+def test_truncated_mds_shard_and_corrupt_index(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "mds", tmp_path / "mds")
+    shard = tmp_path / "mds" / "shard.00003.mds"
+    shard.write_bytes(shard.read_bytes()[:1000])
+    with pytest.raises(FormatError, match="past its end") as info:
+        Dataset.from_path("m", str(tmp_path / "mds"))
+    assert info.value.uri is not None and info.value.uri.endswith("shard.00003.mds")
+    (tmp_path / "mds" / "index.json").write_text('{"version": 2, "shards": [{"format": "mds"}]}')
+    with pytest.raises(FormatError, match="index"):
+        Dataset.from_path("m", str(tmp_path / "mds"))
+
+
+def test_truncated_tar(tmp_path: Path) -> None:
+    import io
+
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        for i in range(5):
+            info = tarfile.TarInfo(f"k{i}.bin")
+            info.size = 3000
+            tar.addfile(info, io.BytesIO(b"x" * 3000))
+    data = (tmp_path / "a.tar").read_bytes()
+    (tmp_path / "a.tar").write_bytes(data[:5000])
+    with pytest.raises(FormatError, match="corrupt tar"):
+        Dataset.from_path("w", str(tmp_path))
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    data = gzip.compress(b"".join(b'{"i": %d}\n' % i for i in range(1000)))
+    (tmp_path / "a.jsonl.gz").write_bytes(data[: len(data) - 30])
+    with pytest.raises(FormatError, match="truncated gzip"):
+        Dataset.from_path("z", str(tmp_path))
+
+
+def test_pickle_is_refused_unless_allowed() -> None:
+    with pytest.raises(FormatError, match="allow_pickle"):
+        Dataset.from_path("p", str(FIXTURES / "mds-pickle"))
+    ds = Dataset.from_path("p", str(FIXTURES / "mds-pickle"), allow_pickle=True)
+    assert to_jsonable(ds.head(5)) == reference("mds-pickle")
+
+
+def test_shard_changed_since_discovery(tmp_path: Path) -> None:
+    write_jsonl(tmp_path, shards=2)
+    ds = Dataset.from_path("web", str(tmp_path))
+    path = tmp_path / "part-0.jsonl"
+    path.write_text(path.read_text() + '{"extra": true}\n')
+    with pytest.raises(ObjectChanged) as info:
+        ds.head(3)
+    assert "part-0.jsonl" in str(info.value)
+
+
+def test_local_index_cache_skips_the_scan(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "d", shards=4)
+    first = Dataset.from_path("web", str(tmp_path / "d"))
+    second = Dataset.from_path("web", str(tmp_path / "d"))
+    assert (first.discovery_stats.indexed, first.discovery_stats.cache_hits) == (4, 0)
+    assert (second.discovery_stats.indexed, second.discovery_stats.cache_hits) == (0, 4)
+    assert second.discovery_stats.bytes_read == 0
+    assert second.head(100) == first.head(100)
+    (tmp_path / "d" / "part-1.jsonl").write_text('{"new": 1}\n')  # new version: rebuilt
+    third = Dataset.from_path("web", str(tmp_path / "d"))
+    assert (third.discovery_stats.indexed, third.discovery_stats.cache_hits) == (1, 3)
+    assert third.shards[1].num_samples == 1
+
+
+def test_natural_shard_order_and_globs(tmp_path: Path) -> None:
+    for i in (10, 2, 1):
+        (tmp_path / f"shard-{i}.jsonl").write_text(json.dumps({"i": i}) + "\n")
+    (tmp_path / "other.jsonl").write_text('{"i": -1}\n')
+    ds = Dataset.from_path("web", str(tmp_path / "shard-*.jsonl"))
+    assert [s.uri.rsplit("/", 1)[1] for s in ds.shards] == [
+        "shard-1.jsonl",
+        "shard-2.jsonl",
+        "shard-10.jsonl",
+    ]
+    single = Dataset.from_path("one", str(tmp_path / "other.jsonl"))
+    assert single.head(1) == [{"i": -1}]
+
+
+def test_mds_over_http_from_its_index_url(http_server: tuple[str, Path]) -> None:
+    url, root = http_server
+    shutil.copytree(FIXTURES / "mds", root / "mds-http", dirs_exist_ok=True)
+    ds = Dataset.from_path("m", f"{url}/mds-http/index.json")
+    assert ds.format == "mds" and ds.num_samples == 300
+    assert to_jsonable(ds.head(300)) == reference("mds")
+
+
+def test_http_shard_urls(http_server: tuple[str, Path], tmp_path: Path) -> None:
+    url, root = http_server
+    expected = write_jsonl(root / "jsonl-http", shards=2)
+    ds = Dataset.from_path(
+        "web", [f"{url}/jsonl-http/part-0.jsonl", f"{url}/jsonl-http/part-1.jsonl"]
+    )
+    assert ds.head(200) == expected[:114]
+
+
+def test_from_records_round_trip() -> None:
+    recs = [{"text": f"doc {i}", "n": i} for i in range(2345)]
+    ds = Dataset.from_records("toy", recs, samples_per_shard=1000)
+    assert [s.num_samples for s in ds.shards] == [1000, 1000, 345]
+    assert ds.head(2345) == recs
+    with pytest.raises(ConfigError, match="record 1"):
+        Dataset.from_records("bad", [{"a": 1}, {"b": object()}])
+
+
+def test_cli_index_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_jsonl(tmp_path / "d", shards=3)
+    assert main(["index", str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "_zephon_index.json").exists()
+    ds = Dataset.from_path("web", str(tmp_path / "d"), index_cache=False)
+    assert ds.discovery_stats.from_persistent_index == 3 and ds.discovery_stats.indexed == 0
+    out_path = tmp_path / "elsewhere.json"
+    assert main(["index", str(tmp_path / "d"), "--out", str(out_path)]) == 0
+    (tmp_path / "d" / "_zephon_index.json").unlink()
+    ds = Dataset.from_path("web", str(tmp_path / "d"), index=str(out_path), index_cache=False)
+    assert ds.discovery_stats.from_persistent_index == 3
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "d"), "--preview", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "format    jsonl" in out and "samples   171" in out and "[1] {'id': 1" in out
+    assert main(["inspect", str(tmp_path / "missing")]) == 1
+    assert "NotFound" in capsys.readouterr().err

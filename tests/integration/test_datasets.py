@@ -1,0 +1,175 @@
+"""Every format, discovered and read by range from local disk, S3 and GCS, equals what the
+format's own reader returns."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.formatdata import (
+    FIXTURES,
+    reference,
+    to_jsonable,
+    write_compressed_jsonl,
+    write_jsonl,
+    write_parquet,
+    write_webdataset,
+)
+from zephon.dataset import PERSISTENT_INDEX_NAME, Dataset
+from zephon.storage import open_storage
+from zephon.testing import GCSEmulator, S3Endpoint
+
+pytestmark = pytest.mark.integration
+
+Location = tuple[str, dict[str, Any], Callable[[Path], Awaitable[None]]]
+
+
+async def read_all(ds: Dataset) -> list[Any]:
+    async with ds.open_storage() as storage:
+        parts = await asyncio.gather(
+            *(ds.aread(storage, i, range(s.num_samples)) for i, s in enumerate(ds.shards))
+        )
+    return [sample for part in parts for sample in part]
+
+
+async def _upload(base: str, options: dict[str, Any], src: Path) -> None:
+    async with open_storage(base, options) as storage:
+        await asyncio.gather(
+            *(
+                storage.write(base + p.relative_to(src).as_posix(), p.read_bytes())
+                for p in sorted(src.rglob("*"))
+                if p.is_file()
+            )
+        )
+
+
+@pytest.fixture(params=["local", "s3", "gcs"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+    """(base URI, storage options, upload(src dir)) for one storage location."""
+    if request.param == "local":
+        base = str(tmp_path / "data") + "/"
+
+        async def copy(src: Path) -> None:
+            shutil.copytree(src, base, dirs_exist_ok=True)
+
+        return base, {}, copy
+    if request.param == "s3":
+        endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
+        base = f"s3://{request.getfixturevalue('s3_bucket')}/data/"
+        options = endpoint.storage_options()
+    else:
+        emulator: GCSEmulator = request.getfixturevalue("gcs_emulator")
+        base = f"gs://{request.getfixturevalue('gcs_bucket')}/data/"
+        options = {"endpoint_url": emulator.url}
+
+    async def upload(src: Path) -> None:
+        await _upload(base, options, src)
+
+    return base, options, upload
+
+
+async def test_jsonl(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    expected = write_jsonl(tmp_path / "src")
+    await upload(tmp_path / "src")
+    ds = await Dataset.afrom_path("web", base, storage_options=options)
+    assert ds.format == "jsonl"
+    assert [s.num_samples for s in ds.shards] == [57] * 5
+    assert ds.num_samples == len(expected)
+    assert await read_all(ds) == expected
+
+
+async def test_compressed_jsonl(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    expected = write_compressed_jsonl(tmp_path / "src")
+    await upload(tmp_path / "src")
+    ds = await Dataset.afrom_path("z", base, storage_options=options)
+    assert [s.num_samples for s in ds.shards] == [40, 33]
+    assert await read_all(ds) == expected
+
+
+async def test_parquet(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    expected = write_parquet(tmp_path / "src")
+    await upload(tmp_path / "src")
+    ds = await Dataset.afrom_path("tab", base, storage_options=options)
+    assert ds.format == "parquet"
+    assert [s.num_samples for s in ds.shards] == [250, 287, 324]
+    assert ds.discovery_stats.requests <= 2 + len(ds.shards)  # a listing, one footer read each
+    assert await read_all(ds) == expected
+
+
+async def test_parquet_reads_only_selected_columns(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(3)
+    expected = [{"id": i, "text": rng.randbytes(1500).hex()} for i in range(256)]
+    pq.write_table(pa.Table.from_pylist(expected), src / "wide.parquet", row_group_size=64)
+    await upload(src)
+    full = await Dataset.afrom_path("all", base, storage_options=options)
+    narrow = await Dataset.afrom_path("ids", base, storage_options=options, columns=["id"])
+    async with narrow.open_storage() as storage:
+        rows = await narrow.aread(storage, 0, [0, 1, 63, 64, 249, 5])
+        narrow_bytes = storage.stats.bytes_read
+    async with full.open_storage() as storage:
+        await full.aread(storage, 0, [0, 1, 63, 64, 249, 5])
+        full_bytes = storage.stats.bytes_read
+    assert rows == [{"id": expected[i]["id"]} for i in [0, 1, 63, 64, 249, 5]]
+    assert narrow_bytes * 20 < full_bytes  # the text column chunks were never fetched
+
+
+async def test_webdataset(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    expected = write_webdataset(tmp_path / "src")
+    await upload(tmp_path / "src")
+    ds = await Dataset.afrom_path("wds", base, storage_options=options)
+    assert ds.format == "webdataset"
+    assert ds.num_samples == 60
+    assert await read_all(ds) == expected
+
+
+@pytest.mark.parametrize("fixture", ["mds", "litdata"])
+async def test_real_writer_fixtures(location: Location, fixture: str) -> None:
+    base, options, upload = location
+    await upload(FIXTURES / fixture)
+    ds = await Dataset.afrom_path(fixture, base, storage_options=options)
+    assert ds.format == fixture
+    expected = reference(fixture)
+    assert ds.num_samples == len(expected)
+    assert to_jsonable(await read_all(ds)) == expected
+
+
+async def test_random_access_by_range(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    expected = write_jsonl(tmp_path / "src")
+    await upload(tmp_path / "src")
+    ds = await Dataset.afrom_path("web", base, storage_options=options)
+    picks = [56, 3, 30, 12, 0]
+    async with ds.open_storage() as storage:
+        got = await ds.aread(storage, 2, picks)
+    assert got == [expected[2 * 57 + i] for i in picks]
+
+
+async def test_persistent_index_replaces_the_scan(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    write_jsonl(tmp_path / "src", shards=6)
+    await upload(tmp_path / "src")
+    first = await Dataset.afrom_path("web", base, storage_options=options, index_cache=False)
+    assert first.discovery_stats.indexed == 6
+    await first.awrite_index()
+    again = await Dataset.afrom_path("web", base, storage_options=options, index_cache=False)
+    st = again.discovery_stats
+    assert (st.indexed, st.from_persistent_index) == (0, 6)
+    assert st.requests <= 3  # listing + index read (+ one stat of the prefix on some stores)
+    assert again.shards == first.shards
+    assert await read_all(again) == await read_all(first)
+    assert all(PERSISTENT_INDEX_NAME not in s.uri for s in again.shards)

@@ -1,0 +1,92 @@
+"""Streaming index builders give the same index however the stream is chunked."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import tarfile
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephon.formats.index import RecordIndex, StreamIndex, index_from_bytes
+from zephon.formats.jsonl import LineIndexer
+from zephon.formats.webdataset import TarIndexer
+
+
+def _chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def _reference_starts(data: bytes) -> list[int]:
+    starts, pos = [], 0
+    for line in data.split(b"\n"):
+        if line.strip():
+            starts.append(pos)
+        pos += len(line) + 1
+    return starts
+
+
+lines = st.lists(
+    st.one_of(
+        st.just(b""),
+        st.just(b"   "),
+        st.just(b"\r"),
+        st.binary(min_size=1, max_size=30).filter(lambda b: b"\n" not in b),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines, st.lists(st.integers(min_value=0), max_size=12), st.booleans())
+def test_line_index_is_independent_of_chunking(
+    parts: list[bytes], cuts: list[int], trailing_newline: bool
+) -> None:
+    data = b"\n".join(parts) + (b"\n" if trailing_newline else b"")
+    indexer = LineIndexer()
+    for chunk in _chunked(data, cuts):
+        indexer.feed(chunk)
+    offsets = indexer.finish()
+    assert offsets.tolist() == [*_reference_starts(data), len(data)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 300), st.integers(0, 1500)), min_size=1, max_size=8),
+    st.lists(st.integers(min_value=0), max_size=10),
+    st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT]),
+)
+def test_tar_index_is_independent_of_chunking(
+    members: list[tuple[int, int]], cuts: list[int], fmt: int
+) -> None:
+    buf = io.BytesIO()
+    names = []
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        for i, (name_len, size) in enumerate(members):
+            name = f"{i:03d}" + "n" * (
+                min(name_len, 90) if fmt == tarfile.USTAR_FORMAT else name_len
+            )
+            info = tarfile.TarInfo(name + ".bin")
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes([i % 256]) * size))
+            names.append(info.name)
+    data = buf.getvalue()
+    indexer = TarIndexer()
+    for chunk in _chunked(data, cuts):
+        indexer.feed(chunk)
+    indexer.finish()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        expected = [(m.name, m.offset_data, m.size) for m in tar]
+    assert [(n, d, s) for _, n, d, s in indexer.members] == expected
+
+
+@given(st.lists(st.integers(0, 2**40), max_size=50))
+def test_index_serialisation_round_trips(values: list[int]) -> None:
+    offsets = np.array(sorted(values), dtype=np.int64)
+    for index in (RecordIndex(offsets), StreamIndex(offsets, 12345)):
+        back = index_from_bytes(index.to_bytes())
+        assert type(back) is type(index)
+        assert back.offsets.tolist() == offsets.tolist()
