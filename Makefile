@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench fixtures clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,16 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/storage_throughput.py
+	$(BIN)/python benchmarks/discovery.py
+
+# MDS and LitData fixtures come from those projects' own writers, whose pins conflict with
+# Zephon's dependencies: they run in a separate venv and their output is committed.
+fixtures:
+	$(PY) -m venv .venv-ref
+	.venv-ref/bin/python -m pip install --quiet torch==2.13.0
+	.venv-ref/bin/python -m pip install --quiet mosaicml-streaming litdata pyarrow
+	.venv-ref/bin/python -m pip uninstall --quiet -y torchvision
+	.venv-ref/bin/python tests/fixtures/make_reference_shards.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,6 @@
 """Zephon: an asyncio streaming data loader for model training over cloud object storage."""
 
+from zephon.dataset import Dataset
 from zephon.errors import (
     AccessDenied,
     ConfigError,
@@ -11,17 +12,19 @@ from zephon.errors import (
     WorkerCrashed,
     ZephonError,
 )
-from zephon.refs import ObjectInfo
+from zephon.refs import ObjectInfo, ShardInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccessDenied",
     "ConfigError",
+    "Dataset",
     "FormatError",
     "NotFound",
     "ObjectChanged",
     "ObjectInfo",
+    "ShardInfo",
     "StateMismatch",
     "StorageError",
     "WorkerCrashed",
