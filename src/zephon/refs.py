@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
-__all__ = ["ObjectInfo", "ShardInfo"]
+__all__ = ["Cursor", "ObjectInfo", "RangeRequest", "ShardInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +39,75 @@ class ShardInfo:
     num_samples: int
     size_bytes: int
     version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a work chunk starts in one lane's curriculum: enough to plan it again.
+
+    Attributes:
+        lane: the lane (logical stream).
+        chunk: index of the work chunk within the lane.
+        position: pointers of the lane before this chunk.
+        counts: per dataset, pointers drawn before this chunk.
+        tokens: per dataset, estimated tokens drawn before this chunk (token mixtures only).
+    """
+
+    lane: int
+    chunk: int
+    position: int
+    counts: tuple[int, ...]
+    tokens: tuple[float, ...] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "lane": self.lane,
+            "chunk": self.chunk,
+            "position": self.position,
+            "counts": list(self.counts),
+        }
+        if self.tokens is not None:
+            out["tokens"] = list(self.tokens)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Cursor:
+        tokens = data.get("tokens")
+        return cls(
+            int(data["lane"]),  # type: ignore[call-overload]
+            int(data["chunk"]),  # type: ignore[call-overload]
+            int(data["position"]),  # type: ignore[call-overload]
+            tuple(int(c) for c in data["counts"]),  # type: ignore[attr-defined]
+            tuple(float(t) for t in tokens) if tokens is not None else None,  # type: ignore[attr-defined]
+        )
+
+
+class RangeRequest(NamedTuple):
+    """Bytes to fetch from one shard and the samples they hold.
+
+    A named tuple rather than a dataclass: the planner makes one per request on its hot path.
+
+    Attributes:
+        dataset: index of the dataset in the work source's list.
+        shard: index of the shard in the dataset.
+        uri, version: the shard's location and the version to pin reads to.
+        ranges: byte ranges ``(start, stop)`` to fetch, coalesced.
+        samples: sample indices within the shard, in curriculum order.
+        slots: the position of each sample within its work chunk.
+        cursor: the work chunk's cursor.
+        chunk_length: pointers in the work chunk (its requests' slots cover ``range(length)``).
+    """
+
+    dataset: int
+    shard: int
+    uri: str
+    version: str
+    ranges: tuple[tuple[int, int], ...]
+    samples: tuple[int, ...]
+    slots: tuple[int, ...]
+    cursor: Cursor
+    chunk_length: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(stop - start for start, stop in self.ranges)

@@ -1,0 +1,157 @@
+"""From a chunk's sample pointers to range requests.
+
+Pointers of one shard are sorted by byte offset and merged into one read while the gap to the
+next sample is at most ``gap_bytes`` and the read stays within about ``max_bytes``. Record
+layouts are handled for the whole chunk at once in numpy; Parquet row groups (a read unit of
+several column-chunk ranges) and whole-shard streams are grouped per unit. Each read lists
+its samples in curriculum order with their slots in the chunk, and reads come in the order of
+their first slot, so a consumer can rebuild the chunk's exact order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from zephon.formats.index import RowGroupIndex, StreamIndex
+from zephon.plan.manifest import Manifest
+from zephon.refs import Cursor, RangeRequest
+
+__all__ = ["PlannedReads", "coalesce"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PlannedReads:
+    """A chunk's reads in columns (one row per read, in the order of their first slot); the
+    samples and slots of read ``i`` are ``samples[lo[i]:hi[i]]`` and ``slots[lo[i]:hi[i]]``.
+
+    Planning stays columnar; :meth:`materialize` makes :class:`RangeRequest` objects for
+    consumers that want them, at about a microsecond each.
+    """
+
+    dataset: np.ndarray
+    shard: np.ndarray
+    unit: np.ndarray  # >= 0: a unit read (row group index, or 0 for a whole shard)
+    start: np.ndarray
+    stop: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    samples: np.ndarray
+    slots: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def materialize(
+        self, manifests: Sequence[Manifest], cursor: Cursor, n: int
+    ) -> list[RangeRequest]:
+        d_o, sh_o, u_o = self.dataset.tolist(), self.shard.tolist(), self.unit.tolist()
+        lo, hi = self.lo.tolist(), self.hi.tolist()
+        samples_l, slots_l = self.samples.tolist(), self.slots.tolist()
+        uris = [m.uris for m in manifests]
+        versions = [m.versions for m in manifests]
+        ranges: list[tuple[tuple[int, int], ...]] = [
+            ((a, b),) for a, b in zip(self.start.tolist(), self.stop.tolist(), strict=True)
+        ]
+        for i in np.flatnonzero(self.unit >= 0).tolist():  # unit reads: row groups, streams
+            layout = manifests[d_o[i]].layouts[sh_o[i]]
+            if isinstance(layout, RowGroupIndex):
+                ranges[i] = _merge([(int(x), int(y)) for x, y in layout.chunks[u_o[i]]])
+            else:
+                ranges[i] = ((0, int(layout.size_bytes)),)
+        new = tuple.__new__  # the named tuple's own __new__ is a Python function: skip it
+        return [
+            new(RangeRequest, (d, sh, uris[d][sh], versions[d][sh], rg, tuple(samples_l[a:b]),
+                               tuple(slots_l[a:b]), cursor, n))
+            for d, sh, rg, a, b in zip(d_o, sh_o, ranges, lo, hi, strict=True)
+        ]  # fmt: skip
+
+
+def coalesce(
+    manifests: Sequence[Manifest],
+    datasets: np.ndarray,
+    shards: np.ndarray,
+    samples: np.ndarray,
+    gap_bytes: int,
+    max_bytes: int,
+) -> PlannedReads:
+    n = len(datasets)
+    slots = np.arange(n, dtype=np.int64)
+    starts = np.zeros(n, np.int64)
+    stops = np.zeros(n, np.int64)
+    units = np.full(n, -1, np.int64)  # >= 0 marks a unit read (row group or whole shard)
+    for d in np.unique(datasets):
+        mask = datasets == d
+        manifest = manifests[int(d)]
+        if manifest.all_records:
+            starts[mask], stops[mask] = manifest.spans(shards[mask], samples[mask])
+            continue
+        for i in np.flatnonzero(mask):
+            layout = manifest.layouts[int(shards[i])]
+            if isinstance(layout, RowGroupIndex):
+                units[i] = int(np.searchsorted(layout.row_starts, samples[i], side="right")) - 1
+            elif isinstance(layout, StreamIndex):
+                units[i] = 0
+            else:
+                s = samples[i : i + 1]
+                starts[i], stops[i] = int(layout.starts(s)[0]), int(layout.stops(s)[0])
+
+    order = np.lexsort((starts, units, shards, datasets))
+    d_s, sh_s, u_s = datasets[order], shards[order], units[order]
+    st_s, sp_s = starts[order], stops[order]
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        same_shard = (d_s[1:] == d_s[:-1]) & (sh_s[1:] == sh_s[:-1]) & (u_s[1:] == u_s[:-1])
+        running_stop = np.maximum.accumulate(np.where(u_s < 0, sp_s, 0))
+        close = (st_s[1:] - running_stop[:-1]) <= gap_bytes
+        new[1:] = ~(same_shard & ((u_s[1:] >= 0) | close))
+    group = np.cumsum(new) - 1
+    # Split groups that grew past max_bytes: a new read every max_bytes from the group start.
+    first_start = st_s[new][group]
+    piece = np.where(u_s < 0, (sp_s - first_start - 1) // max_bytes, 0)
+    piece = np.maximum(piece, 0)
+    new2 = new.copy()
+    if n > 1:
+        new2[1:] |= (group[1:] == group[:-1]) & (piece[1:] != piece[:-1])
+    seg = np.cumsum(new2) - 1
+
+    # Within each segment, curriculum (slot) order; segments by their first slot.
+    slot_s = slots[order]
+    by_slot = np.lexsort((slot_s, seg))
+    seg_b = seg[by_slot]
+    bounds = np.flatnonzero(np.r_[True, seg_b[1:] != seg_b[:-1], True])
+    final_slots = slot_s[by_slot]
+    final_samples = samples[order][by_slot]
+    heads = bounds[:-1]
+    seg_first_slot = final_slots[heads]
+    seg_ids = seg_b[heads]
+    seg_start = np.minimum.reduceat(st_s, np.flatnonzero(new2)) if n else st_s
+    seg_stop = np.maximum.reduceat(sp_s, np.flatnonzero(new2)) if n else sp_s
+    seg_head_sorted = np.flatnonzero(new2)
+
+    emit = np.argsort(seg_first_slot, kind="stable")
+    sid = seg_ids[emit]
+    head = seg_head_sorted[sid]
+    return PlannedReads(
+        dataset=d_s[head],
+        shard=sh_s[head],
+        unit=u_s[head],
+        start=seg_start[sid],
+        stop=seg_stop[sid],
+        lo=bounds[:-1][emit],
+        hi=bounds[1:][emit],
+        samples=final_samples,
+        slots=final_slots,
+    )
+
+
+def _merge(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return tuple(merged)

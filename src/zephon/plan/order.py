@@ -1,0 +1,88 @@
+"""The order of one dataset's samples in one pass: the four shuffle modes.
+
+Each maps a rank ``k`` in ``[0, N)`` to ``(shard, sample)`` for pass ``p``, vectorised:
+
+- ``none``: storage order.
+- ``shards``: shards in a permuted order, samples in order within each.
+- ``block``: the ``shards`` order, then ranks permuted within consecutive blocks of
+  ``block_size`` (so a block spans a few shards and its reads stay close together).
+- ``global``: a full bijective permutation of ``[0, N)``, then storage order.
+
+Every permutation is keyed by (seed, dataset name, pass[, block]); memory is O(shards) (the
+cumulative sizes of the pass's shard order), never O(samples).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from zephon.plan.manifest import Manifest
+from zephon.plan.permute import key_of, permute
+
+__all__ = ["SHUFFLES", "DatasetOrder"]
+
+SHUFFLES = ("none", "shards", "block", "global")
+_PASS_CACHE = 2  # a lane straddles at most two passes at once
+
+
+class DatasetOrder:
+    """Rank -> (shard, sample) of one dataset, per pass."""
+
+    def __init__(self, manifest: Manifest, shuffle: str, seed: int, block_size: int) -> None:
+        self.manifest = manifest
+        self.shuffle = shuffle
+        self.seed = seed
+        self.block_size = block_size
+        self.n = manifest.num_samples
+        self._storage_cum = np.concatenate(([0], np.cumsum(manifest.shard_samples)))
+        self._passes: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    def _shard_order(self, pass_: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard permutation, cumulative sizes in that order) of a pass."""
+        cached = self._passes.get(pass_)
+        if cached is not None:
+            self._passes.move_to_end(pass_)
+            return cached
+        shards = self.manifest.num_shards
+        key = key_of("shards", self.seed, self.manifest.name, pass_)
+        perm = permute(np.arange(shards, dtype=np.int64), shards, key)
+        cum = np.concatenate(([0], np.cumsum(self.manifest.shard_samples[perm])))
+        self._passes[pass_] = (perm, cum)
+        if len(self._passes) > _PASS_CACHE:
+            self._passes.popitem(last=False)
+        return perm, cum
+
+    def locate(self, pass_: int, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(shards, samples)`` of ``ranks`` (int64 array within ``[0, N)``) in pass ``pass_``."""
+        if self.shuffle == "none":
+            return self._split(ranks, None, self._storage_cum)
+        if self.shuffle == "global":
+            key = key_of("global", self.seed, self.manifest.name, pass_)
+            return self._split(permute(ranks, self.n, key), None, self._storage_cum)
+        perm, cum = self._shard_order(pass_)
+        if self.shuffle == "block":
+            ranks = self._within_blocks(pass_, ranks)
+        return self._split(ranks, perm, cum)
+
+    def _within_blocks(self, pass_: int, ranks: np.ndarray) -> np.ndarray:
+        size = self.block_size
+        blocks = ranks // size
+        out = np.empty_like(ranks)
+        for block in np.unique(blocks):
+            mask = blocks == block
+            base = int(block) * size
+            domain = min(size, self.n - base)
+            key = key_of("block", self.seed, self.manifest.name, pass_, int(block))
+            out[mask] = base + permute(ranks[mask] - base, domain, key)
+        return out
+
+    @staticmethod
+    def _split(
+        ranks: np.ndarray, perm: np.ndarray | None, cum: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        slot = np.searchsorted(cum, ranks, side="right") - 1
+        samples = ranks - cum[slot]
+        shards = slot if perm is None else perm[slot]
+        return shards.astype(np.int64), samples.astype(np.int64)

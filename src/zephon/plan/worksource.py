@@ -1,0 +1,409 @@
+"""StaticMixtureWorkSource: the curriculum as a pure function, served as range requests."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import ConfigError, StateMismatch
+from zephon.plan.coalesce import PlannedReads, coalesce
+from zephon.plan.lanes import LaneSplit
+from zephon.plan.manifest import Manifest
+from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
+from zephon.plan.order import SHUFFLES, DatasetOrder
+from zephon.refs import Cursor, RangeRequest
+
+__all__ = ["StaticMixtureWorkSource", "WorkChunk"]
+
+_POLICIES = ("repeat", "stop")
+_UNITS = ("samples", "tokens")
+
+
+class WorkChunk:
+    """One planned chunk of a lane: its cursor, pointer arrays and reads.
+
+    ``reads`` holds the coalesced reads in columns; ``requests`` makes (once) the
+    :class:`RangeRequest` objects.
+    """
+
+    __slots__ = ("_manifests", "_requests", "cursor", "datasets", "next_cursor", "reads",
+                 "samples", "shards")  # fmt: skip
+
+    def __init__(
+        self,
+        cursor: Cursor,
+        datasets: np.ndarray,
+        shards: np.ndarray,
+        samples: np.ndarray,
+        reads: PlannedReads,
+        next_cursor: Cursor,
+        manifests: Sequence[Manifest],
+    ) -> None:
+        self.cursor = cursor
+        self.datasets = datasets
+        self.shards = shards
+        self.samples = samples
+        self.reads = reads
+        self.next_cursor = next_cursor
+        self._manifests = manifests
+        self._requests: list[RangeRequest] | None = None
+
+    def __len__(self) -> int:
+        return len(self.datasets)
+
+    @property
+    def requests(self) -> list[RangeRequest]:
+        if self._requests is None:
+            self._requests = self.reads.materialize(self._manifests, self.cursor, len(self))
+        return self._requests
+
+
+class StaticMixtureWorkSource:
+    """A fixed mixture of datasets: what to read, in which order, how often.
+
+    The curriculum is a pure function of the datasets' manifests and these arguments; it plans
+    from metadata only and never materialises anything proportional to the number of samples.
+
+    Args:
+        datasets: :class:`~zephon.dataset.Dataset` objects (or planner
+            :class:`~zephon.plan.manifest.Manifest` objects), with distinct names.
+        mixture: ``{name: weight}``, relative, normalised; default proportional to size.
+        seed: keys every permutation.
+        shuffle: ``"none"``, ``"shards"``, ``"block"`` or ``"global"``.
+        block_size: samples per shuffle block (``block``); ``None``: four mean shards, at
+            least ``chunk_size``.
+        chunk_size: pointers per work chunk (also the lane split's unit).
+        exhausted_policy: ``"repeat"`` (datasets loop until every one completed
+            ``stop_after_passes`` passes) or ``"stop"`` (end when any dataset is exhausted).
+        stop_after_passes: passes per dataset; ``None`` for an infinite curriculum.
+        mixture_unit: ``"samples"``, or ``"tokens"`` (weights are token shares).
+        tokens_per_byte: per dataset, for token mixtures.
+        coalesce_gap_bytes: neighbouring samples of a shard at most this far apart share a read.
+        max_request_bytes: a coalesced read grows no larger (a single larger sample still
+            gets its own read).
+
+    Raises:
+        ConfigError: any invalid argument, naming it.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        mixture: Mapping[str, float] | None = None,
+        *,
+        seed: int = 0,
+        shuffle: str = "block",
+        block_size: int | None = None,
+        chunk_size: int = 1024,
+        exhausted_policy: str = "repeat",
+        stop_after_passes: int | None = 1,
+        mixture_unit: str = "samples",
+        tokens_per_byte: Mapping[str, float] | None = None,
+        coalesce_gap_bytes: int = 64 * 1024,
+        max_request_bytes: int = 8 << 20,
+    ) -> None:
+        if not datasets:
+            raise ConfigError("datasets: need at least one dataset")
+        self.manifests = [
+            d if isinstance(d, Manifest) else Manifest.from_dataset(d) for d in datasets
+        ]
+        names = [m.name for m in self.manifests]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"datasets: names must be distinct, got {names}")
+        if shuffle not in SHUFFLES:
+            raise ConfigError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
+        if exhausted_policy not in _POLICIES:
+            raise ConfigError(
+                f"exhausted_policy must be one of {_POLICIES}, got {exhausted_policy!r}"
+            )
+        if mixture_unit not in _UNITS:
+            raise ConfigError(f"mixture_unit must be one of {_UNITS}, got {mixture_unit!r}")
+        if chunk_size < 1:
+            raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
+        if stop_after_passes is not None and stop_after_passes < 1:
+            raise ConfigError(f"stop_after_passes must be >= 1 or None, got {stop_after_passes}")
+        if block_size is not None and block_size < 1:
+            raise ConfigError(f"block_size must be >= 1 or None, got {block_size}")
+        if coalesce_gap_bytes < 0 or max_request_bytes < 1:
+            raise ConfigError("coalesce_gap_bytes must be >= 0 and max_request_bytes >= 1")
+        empty = [m.name for m in self.manifests if m.num_samples == 0]
+        if empty:
+            raise ConfigError(f"datasets {empty} have no samples")
+        self.names = names
+        self.seed = seed
+        self.shuffle = shuffle
+        self.chunk_size = chunk_size
+        self.exhausted_policy = exhausted_policy
+        self.stop_after_passes = stop_after_passes
+        self.mixture_unit = mixture_unit
+        self.coalesce_gap_bytes = coalesce_gap_bytes
+        self.max_request_bytes = max_request_bytes
+        self.weights = self._weights(mixture)
+        self.tokens_per_byte = self._tokens_per_byte(tokens_per_byte)
+        self.block_sizes = [
+            block_size or max(chunk_size, 4 * math.ceil(m.num_samples / max(1, m.num_shards)))
+            for m in self.manifests
+        ]
+        self.orders = [
+            DatasetOrder(m, shuffle, seed, b)
+            for m, b in zip(self.manifests, self.block_sizes, strict=True)
+        ]
+        self._samples = SampleSchedule(self.weights) if mixture_unit == "samples" else None
+        self._tokens = TokenSchedule(self.weights) if mixture_unit == "tokens" else None
+
+    def _weights(self, mixture: Mapping[str, float] | None) -> list[Fraction]:
+        if mixture is None:
+            return rational_weights([m.num_samples for m in self.manifests])
+        unknown = sorted(set(mixture) - set(self.names))
+        missing = sorted(set(self.names) - set(mixture))
+        if unknown or missing:
+            raise ConfigError(
+                f"mixture names must match the datasets {self.names}: "
+                f"unknown {unknown}, missing {missing}"
+            )
+        bad = {k: v for k, v in mixture.items() if not (isinstance(v, int | float) and v > 0)}
+        if bad:
+            raise ConfigError(f"mixture weights must be positive numbers, got {bad}")
+        return rational_weights([mixture[n] for n in self.names])
+
+    def _tokens_per_byte(self, given: Mapping[str, float] | None) -> list[float] | None:
+        if self.mixture_unit != "tokens":
+            if given is not None:
+                raise ConfigError("tokens_per_byte applies only with mixture_unit='tokens'")
+            return None
+        given = dict(given or {})
+        missing = sorted(set(self.names) - set(given))
+        if missing:
+            raise ConfigError(
+                f"mixture_unit='tokens' needs tokens_per_byte for every dataset; missing {missing}"
+            )
+        if any(not v > 0 for v in given.values()):
+            raise ConfigError(f"tokens_per_byte must be positive, got {given}")
+        return [float(given[n]) for n in self.names]
+
+    # -- identity and state -----------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """Everything the curriculum is a function of (the manifests by fingerprint)."""
+        return {
+            "datasets": [[m.name, m.fingerprint] for m in self.manifests],
+            "weights": [str(w) for w in self.weights],
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "block_sizes": self.block_sizes,
+            "chunk_size": self.chunk_size,
+            "exhausted_policy": self.exhausted_policy,
+            "stop_after_passes": self.stop_after_passes,
+            "mixture_unit": self.mixture_unit,
+            "tokens_per_byte": self.tokens_per_byte,
+        }
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(self.describe(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def state(self, cursor: Cursor, delivered: int, lanes: int) -> dict[str, Any]:
+        """JSON state of a lane after ``delivered`` pointers of the chunk at ``cursor``."""
+        return {
+            "source": self.fingerprint(),
+            "describe": self.describe(),
+            "lanes": lanes,
+            "cursor": cursor.to_dict(),
+            "delivered": delivered,
+        }
+
+    def check_state(self, state: Mapping[str, Any], lanes: int) -> tuple[Cursor, int]:
+        """Validate a :meth:`state` dict for this source; returns ``(cursor, delivered)``.
+
+        Raises:
+            StateMismatch: it was taken from a different curriculum; the message says what.
+        """
+        try:
+            theirs = state["describe"]
+            cursor = Cursor.from_dict(state["cursor"])
+            delivered = int(state["delivered"])
+            their_lanes = int(state["lanes"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateMismatch(f"not a work source state ({type(exc).__name__}: {exc})") from None
+        ours = self.describe()
+        diffs = [
+            f"{key}: checkpoint has {theirs.get(key)!r}, this source has {ours[key]!r}"
+            for key in ours
+            if json.dumps(theirs.get(key), sort_keys=True) != json.dumps(ours[key], sort_keys=True)
+        ]
+        if their_lanes != lanes:
+            diffs.append(f"lanes: checkpoint has {their_lanes}, this run has {lanes}")
+        if diffs:
+            raise StateMismatch("checkpoint does not match this work source: " + "; ".join(diffs))
+        if len(cursor.counts) != len(self.manifests):
+            raise StateMismatch("checkpoint cursor counts do not match the dataset list")
+        return cursor, delivered
+
+    def start(self, lane: int) -> Cursor:
+        """The cursor of a lane's first chunk."""
+        zeros = tuple(0 for _ in self.manifests)
+        tokens = tuple(0.0 for _ in self.manifests) if self._tokens is not None else None
+        return Cursor(lane, 0, 0, zeros, tokens)
+
+    # -- planning ---------------------------------------------------------------------
+
+    def _splits(self, lanes: int) -> list[LaneSplit]:
+        splits = [LaneSplit.of(m.num_samples, lanes, self.chunk_size) for m in self.manifests]
+        small = [
+            m.name for m, s in zip(self.manifests, splits, strict=True) if m.num_samples < lanes
+        ]
+        if small:
+            raise ConfigError(f"datasets {small} have fewer samples than lanes ({lanes})")
+        return splits
+
+    def chunks(
+        self, lane: int = 0, lanes: int = 1, start: Cursor | None = None
+    ) -> Iterator[WorkChunk]:
+        """Plan lane ``lane`` of ``lanes`` chunk by chunk from ``start`` (default: the start).
+
+        A pure, synchronous generator: the same arguments give the same chunks.
+        """
+        if not 0 <= lane < lanes:
+            raise ConfigError(f"lane must be in [0, {lanes}), got {lane}")
+        splits = self._splits(lanes)
+        limits = None
+        if self.stop_after_passes is not None:
+            limits = np.array([s.lane_size(lane) * self.stop_after_passes for s in splits])
+        cursor = start or self.start(lane)
+        if cursor.lane != lane:
+            raise ConfigError(f"cursor is for lane {cursor.lane}, not {lane}")
+        while True:
+            chunk = self._plan_chunk(cursor, lanes, splits, limits)
+            if chunk is None:
+                return
+            yield chunk
+            cursor = chunk.next_cursor
+
+    def _plan_chunk(
+        self,
+        cursor: Cursor,
+        lanes: int,
+        splits: list[LaneSplit],
+        limits: np.ndarray | None,
+    ) -> WorkChunk | None:
+        k = len(self.manifests)
+        counts = np.array(cursor.counts, dtype=np.int64)
+        if limits is not None:
+            done = counts >= limits
+            if done.any() if self.exhausted_policy == "stop" else done.all():
+                return None
+        n = self.chunk_size
+        located: list[tuple[np.ndarray, np.ndarray]] = [
+            (np.empty(0, np.int64), np.empty(0, np.int64)) for _ in range(k)
+        ]
+        tokens_after = None
+        if self._tokens is not None:
+            assert self.tokens_per_byte is not None and cursor.tokens is not None
+            upcoming = []
+            for d in range(k):
+                located[d] = self._locate(d, cursor.lane, splits[d], counts[d], n)
+                nbytes = self.manifests[d].sample_nbytes(*located[d])
+                upcoming.append(nbytes * self.tokens_per_byte[d])
+            picks, _ = self._tokens.picks(cursor.tokens, upcoming, n)
+        else:
+            assert self._samples is not None
+            picks = self._samples.picks(cursor.counts, n)
+        if limits is not None:
+            picks = self._truncate(picks, counts, limits)
+        taken = np.bincount(picks, minlength=k)
+        datasets = picks
+        shards = np.empty(len(picks), np.int64)
+        samples = np.empty(len(picks), np.int64)
+        for d in np.flatnonzero(taken).tolist():
+            where = picks == d
+            if self._tokens is not None:
+                sh, sm = located[d][0][: taken[d]], located[d][1][: taken[d]]
+            else:
+                sh, sm = self._locate(int(d), cursor.lane, splits[d], counts[d], int(taken[d]))
+            shards[where], samples[where] = sh, sm
+        if self._tokens is not None:
+            assert self.tokens_per_byte is not None and cursor.tokens is not None
+            tokens_after = tuple(
+                cursor.tokens[d]
+                + float(
+                    self.manifests[d]
+                    .sample_nbytes(located[d][0][: taken[d]], located[d][1][: taken[d]])
+                    .sum()
+                )
+                * self.tokens_per_byte[d]
+                for d in range(k)
+            )
+        next_cursor = Cursor(
+            cursor.lane,
+            cursor.chunk + 1,
+            cursor.position + len(picks),
+            tuple(int(c) for c in counts + taken),
+            tokens_after,
+        )
+        reads = coalesce(
+            self.manifests,
+            datasets,
+            shards,
+            samples,
+            self.coalesce_gap_bytes,
+            self.max_request_bytes,
+        )
+        return WorkChunk(cursor, datasets, shards, samples, reads, next_cursor, self.manifests)
+
+    def _locate(
+        self, d: int, lane: int, split: LaneSplit, first: int, n: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        k = first + np.arange(n, dtype=np.int64)
+        passes, ranks = split.ranks(lane, k)
+        order = self.orders[d]
+        if passes[0] == passes[-1]:
+            return order.locate(int(passes[0]), ranks)
+        shards = np.empty(n, np.int64)
+        samples = np.empty(n, np.int64)
+        for p in np.unique(passes):
+            mask = passes == p
+            shards[mask], samples[mask] = order.locate(int(p), ranks[mask])
+        return shards, samples
+
+    def _truncate(self, picks: np.ndarray, counts: np.ndarray, limits: np.ndarray) -> np.ndarray:
+        onehot = np.zeros((len(picks), len(counts)), dtype=np.int64)
+        onehot[np.arange(len(picks)), picks] = 1
+        running = counts + np.cumsum(onehot, axis=0)
+        reached = running >= limits
+        hit = reached.any(axis=1) if self.exhausted_policy == "stop" else reached.all(axis=1)
+        if hit.any():
+            return picks[: int(np.argmax(hit)) + 1]
+        return picks
+
+    async def requests(
+        self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[RangeRequest]:
+        """Range requests of lane ``lane`` of ``lanes`` in curriculum order.
+
+        With ``resume`` (a :meth:`state` dict), continues after the pointers it records as
+        delivered. Planning is synchronous and cheap; control returns to the event loop after
+        every chunk.
+        """
+        start, skip = (None, 0)
+        if resume is not None:
+            start, skip = self.check_state(resume, lanes)
+        for chunk in self.chunks(lane, lanes, start):
+            for request in chunk.requests:
+                if skip and request.slots[0] < skip:
+                    kept = [(a, s) for a, s in zip(request.samples, request.slots, strict=True)
+                            if s >= skip]  # fmt: skip
+                    if not kept:
+                        continue
+                    request = request._replace(
+                        samples=tuple(a for a, _ in kept), slots=tuple(s for _, s in kept)
+                    )
+                yield request
+            skip = 0
+            await asyncio.sleep(0)

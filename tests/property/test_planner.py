@@ -1,0 +1,269 @@
+"""Property tests of the planner: a pure function with exact coverage, disjoint lanes, a
+bounded mixture, exact coalescing and resume from any cut."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zephon.errors import ConfigError, StateMismatch
+from zephon.formats.index import RecordIndex
+from zephon.plan import Manifest, StaticMixtureWorkSource
+from zephon.plan.permute import permute
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+shuffles = st.sampled_from(["none", "shards", "block", "global"])
+
+
+def ragged(name: str, sizes: list[int], seed: int) -> Manifest:
+    """A manifest of record shards with uneven sample sizes, like a real JSONL dataset."""
+    rng = np.random.default_rng(seed)
+    layouts = []
+    for n in sizes:
+        lengths = rng.integers(1, 400, size=n)
+        layouts.append(RecordIndex(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)))
+    from zephon.plan.manifest import _Records
+
+    return Manifest(
+        name,
+        f"{name}-{sizes}-{seed}",
+        np.array(sizes, dtype=np.int64),
+        [f"memory://t/{name}/{i}" for i in range(len(sizes))],
+        ["1"] * len(sizes),
+        [_Records(x) for x in layouts],
+    )
+
+
+manifests = st.lists(st.integers(1, 60), min_size=1, max_size=6)
+
+
+def stream(ws: StaticMixtureWorkSource, lane: int, lanes: int) -> list[tuple[int, int, int]]:
+    out: list[tuple[int, int, int]] = []
+    for chunk in ws.chunks(lane, lanes):
+        out.extend(
+            zip(chunk.datasets.tolist(), chunk.shards.tolist(), chunk.samples.tolist(), strict=True)
+        )
+    return out
+
+
+def from_requests(requests: list[Any]) -> list[tuple[int, int, int]]:
+    """Rebuild the pointer stream from range requests, by chunk and slot."""
+    chunks: dict[int, dict[int, tuple[int, int, int]]] = {}
+    for r in requests:
+        slots = chunks.setdefault(r.cursor.chunk, {})
+        for sample, slot in zip(r.samples, r.slots, strict=True):
+            assert slot not in slots
+            slots[slot] = (r.dataset, r.shard, sample)
+    return [v for c in sorted(chunks) for _, v in sorted(chunks[c].items())]
+
+
+async def collect(ws: StaticMixtureWorkSource, lane: int, lanes: int, **kw: Any) -> list[Any]:
+    return [r async for r in ws.requests(lane, lanes, **kw)]
+
+
+@given(st.integers(1, 5000), st.integers(0, 2**63 - 1))
+def test_permutation_is_a_bijection(n: int, key: int) -> None:
+    image = permute(np.arange(n), n, key)
+    assert sorted(image.tolist()) == list(range(n))
+
+
+@SETTINGS
+@given(manifests, shuffles, st.integers(0, 1000), st.sampled_from([1, 2, 3]), st.integers(1, 40))
+def test_pure_function(sizes: list[int], shuffle: str, seed: int, lanes: int, chunk: int) -> None:
+    def build() -> StaticMixtureWorkSource:
+        return StaticMixtureWorkSource(
+            [ragged("a", sizes, 1), ragged("b", sizes[::-1], 2)],
+            seed=seed, shuffle=shuffle, chunk_size=chunk, stop_after_passes=2,
+        )  # fmt: skip
+
+    if sum(sizes) < lanes:
+        return
+    assert all(
+        stream(build(), lane, lanes) == stream(build(), lane, lanes) for lane in range(lanes)
+    )
+
+
+@SETTINGS
+@given(manifests, shuffles, st.integers(0, 1000), st.integers(1, 4), st.integers(1, 3),
+       st.integers(1, 50))  # fmt: skip
+def test_every_pass_covers_every_sample_once_across_disjoint_lanes(
+    sizes: list[int], shuffle: str, seed: int, lanes: int, passes: int, chunk: int
+) -> None:
+    m = ragged("a", sizes, seed)
+    if m.num_samples < lanes:
+        return
+    ws = StaticMixtureWorkSource(
+        [m], seed=seed, shuffle=shuffle, chunk_size=chunk,
+        exhausted_policy="stop", stop_after_passes=passes,
+    )  # fmt: skip
+    everything = [stream(ws, lane, lanes) for lane in range(lanes)]
+    all_samples = {(s, i) for s, n in enumerate(sizes) for i in range(n)}
+    for p in range(passes):  # within every pass: lanes disjoint, together complete, no repeats
+        seen: Counter[tuple[int, int]] = Counter()
+        for lane_stream in everything:
+            size = len(lane_stream) // passes
+            seen.update((sh, sm) for _, sh, sm in lane_stream[p * size : (p + 1) * size])
+        assert set(seen) == all_samples and set(seen.values()) == {1}
+    size = len(everything[0]) // passes
+    if shuffle in ("block", "global") and m.num_samples > 20 and lanes == 1 and passes > 1:
+        assert everything[0][:size] != everything[0][size : 2 * size]  # a new order per pass
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(1, 9), min_size=2, max_size=5),
+    st.lists(st.integers(20, 200), min_size=5, max_size=5),
+    shuffles,
+    st.integers(1, 3),
+)
+def test_every_prefix_is_within_two_of_the_mixture(
+    raw_weights: list[int], sizes: list[int], shuffle: str, lanes: int
+) -> None:
+    k = len(raw_weights)
+    ms = [ragged(f"d{i}", [sizes[i]] * 2, i) for i in range(k)]
+    mixture = {f"d{i}": w / 7.0 for i, w in enumerate(raw_weights)}
+    ws = StaticMixtureWorkSource(
+        ms, mixture, shuffle=shuffle, chunk_size=37, stop_after_passes=None
+    )
+    weights = np.array([float(w) for w in ws.weights])
+    for lane in range(lanes):
+        picks = []
+        for chunk in ws.chunks(lane, lanes):
+            picks.extend(chunk.datasets.tolist())
+            if len(picks) >= 1500:
+                break
+        onehot = np.eye(k)[np.array(picks)]
+        counts = np.cumsum(onehot, axis=0)
+        target = np.arange(1, len(picks) + 1)[:, None] * weights[None, :]
+        assert np.abs(counts - target).max() <= 2.0
+
+
+@SETTINGS
+@given(manifests, shuffles, st.integers(1, 3), st.integers(1, 64),
+       st.integers(0, 4000), st.integers(1, 1 << 14))  # fmt: skip
+def test_coalesced_requests_cover_exactly_the_samples(
+    sizes: list[int], shuffle: str, lanes: int, chunk: int, gap: int, max_bytes: int
+) -> None:
+    m = ragged("a", sizes, 3)
+    if m.num_samples < lanes:
+        return
+    ws = StaticMixtureWorkSource(
+        [m], shuffle=shuffle, chunk_size=chunk, coalesce_gap_bytes=gap, max_request_bytes=max_bytes
+    )
+    for lane in range(lanes):
+        requests = asyncio.run(collect(ws, lane, lanes))
+        assert from_requests(requests) == stream(ws, lane, lanes)
+        for r in requests:
+            offsets = m.layouts[r.shard].offsets
+            ((start, stop),) = r.ranges
+            picked = np.array(r.samples)
+            assert start == offsets[picked].min() and stop == offsets[picked + 1].max()
+            assert len(set(r.slots)) == len(r.slots)
+            assert list(r.slots) == sorted(r.slots)  # curriculum order within a request
+            if len(r.samples) > 1:
+                assert stop - start <= max_bytes + 400  # bounded (one sample may overflow)
+
+
+@SETTINGS
+@given(manifests, shuffles, st.sampled_from([1, 2]), st.integers(1, 30), st.data())
+def test_resume_from_any_cut_yields_exactly_the_rest(
+    sizes: list[int], shuffle: str, lanes: int, chunk: int, data: st.DataObject
+) -> None:
+    ms = [ragged("a", sizes, 5), ragged("b", [7, 3], 6)]
+    if min(m.num_samples for m in ms) < lanes:
+        return
+    ws = StaticMixtureWorkSource(ms, {"a": 2, "b": 1}, shuffle=shuffle, chunk_size=chunk,
+                                 stop_after_passes=2)  # fmt: skip
+    for lane in range(lanes):
+        chunks = list(ws.chunks(lane, lanes))
+        full = stream(ws, lane, lanes)
+        cut = data.draw(st.integers(0, len(full)))
+        # the cursor of the chunk holding pointer `cut`, and how far into it the cut is
+        seen = 0
+        state = None
+        for c in chunks:
+            if seen + len(c) > cut:
+                state = ws.state(c.cursor, cut - seen, lanes)
+                break
+            seen += len(c)
+        if state is None:
+            state = ws.state(chunks[-1].next_cursor, 0, lanes) if chunks else None
+        rest = from_requests(asyncio.run(collect(ws, lane, lanes, resume=state))) if state else []
+        assert rest == full[cut:]
+
+
+def test_state_is_small_and_json() -> None:
+    import json
+
+    ms = [Manifest.uniform("a", 100_000, 10_000), Manifest.uniform("b", 1000, 100)]
+    ws = StaticMixtureWorkSource(ms, {"a": 0.9, "b": 0.1}, shuffle="global")
+    chunk = next(iter(ws.chunks(0, 8)))
+    assert len(json.dumps(ws.state(chunk.next_cursor, 10, 8))) < 2048
+
+
+def test_restore_into_a_different_source_says_what_differs() -> None:
+    a = Manifest.uniform("a", 10, 100)
+    ws = StaticMixtureWorkSource([a], seed=1)
+    state = ws.state(ws.start(0), 0, 1)
+    with pytest.raises(StateMismatch, match="seed: checkpoint has 1, this source has 2"):
+        StaticMixtureWorkSource([a], seed=2).check_state(state, 1)
+    with pytest.raises(StateMismatch, match="lanes"):
+        ws.check_state(state, 2)
+    with pytest.raises(StateMismatch, match="datasets"):
+        StaticMixtureWorkSource([Manifest.uniform("a", 11, 100)], seed=1).check_state(state, 1)
+
+
+def test_invalid_arguments_name_themselves() -> None:
+    a = Manifest.uniform("a", 2, 5)
+    for kwargs, match in [
+        ({"shuffle": "random"}, "shuffle"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"exhausted_policy": "loop"}, "exhausted_policy"),
+        ({"mixture": {"b": 1.0}}, "mixture names"),
+        ({"mixture": {"a": -1}}, "positive"),
+        ({"mixture_unit": "tokens"}, "tokens_per_byte"),
+        ({"stop_after_passes": 0}, "stop_after_passes"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            StaticMixtureWorkSource([a], **kwargs)
+    with pytest.raises(ConfigError, match="fewer samples than lanes"):
+        list(StaticMixtureWorkSource([a]).chunks(0, 16))
+
+
+def test_token_mixture_balances_tokens_not_samples() -> None:
+    short = ragged("short", [200] * 5, 1)
+    long_ = Manifest.uniform("long", 5, 200, sample_bytes=4000)
+    ws = StaticMixtureWorkSource(
+        [short, long_], {"short": 1, "long": 1}, mixture_unit="tokens",
+        tokens_per_byte={"short": 0.25, "long": 0.25}, stop_after_passes=None, chunk_size=100,
+    )  # fmt: skip
+    tokens = np.zeros(2)
+    count = np.zeros(2)
+    for i, chunk in enumerate(ws.chunks(0, 1)):
+        for d in (0, 1):
+            mask = chunk.datasets == d
+            nbytes = ws.manifests[d].sample_nbytes(chunk.shards[mask], chunk.samples[mask])
+            tokens[d] += nbytes.sum() * 0.25
+            count[d] += mask.sum()
+        if i == 20:
+            break
+    assert abs(tokens[0] - tokens[1]) <= 1000  # within one long sample's tokens
+    assert count[0] > 5 * count[1]  # so far more short samples
+
+
+def test_repeat_loops_small_datasets_until_all_complete() -> None:
+    big, small = Manifest.uniform("big", 10, 100), Manifest.uniform("small", 1, 50)
+    ws = StaticMixtureWorkSource([big, small], {"big": 1, "small": 1}, chunk_size=64)
+    picks = np.concatenate([c.datasets for c in ws.chunks(0, 1)])
+    assert (picks == 0).sum() == 1000 and (picks == 1).sum() >= 999  # small looped ~20 times
+    stop = StaticMixtureWorkSource(
+        [big, small], {"big": 1, "small": 1}, chunk_size=64, exhausted_policy="stop"
+    )
+    picks = np.concatenate([c.datasets for c in stop.chunks(0, 1)])
+    assert (picks == 1).sum() == 50 and (picks == 0).sum() in (49, 50, 51)
