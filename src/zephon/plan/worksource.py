@@ -111,6 +111,7 @@ class StaticMixtureWorkSource:
     ) -> None:
         if not datasets:
             raise ConfigError("datasets: need at least one dataset")
+        self.datasets = list(datasets)
         self.manifests = [
             d if isinstance(d, Manifest) else Manifest.from_dataset(d) for d in datasets
         ]

@@ -1,0 +1,97 @@
+"""Bounded channels between stages. Closing a channel is how a stage says "no more"."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Channel", "ChannelClosed", "closing"]
+
+T = TypeVar("T")
+
+
+class ChannelClosed(Exception):
+    """Sending on a closed channel."""
+
+
+class Channel(Generic[T]):
+    """A FIFO of at most ``capacity`` items for one event loop.
+
+    ``send`` waits while the channel is full (backpressure); ``receive`` waits while it is
+    empty; ``close()`` ends the stream: receivers drain what is left, then iteration stops.
+    ``close(error)`` makes receivers raise ``error`` once the buffer is drained.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._items: deque[T] = deque()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def send(self, item: T) -> None:
+        while len(self._items) >= self.capacity and not self._closed:
+            self._writable.clear()
+            await self._writable.wait()
+        if self._closed:
+            raise ChannelClosed("send on a closed channel")
+        self._items.append(item)
+        self._readable.set()
+
+    def close(self, error: BaseException | None = None) -> None:
+        if not self._closed:
+            self._closed = True
+            self._error = error
+        self._readable.set()
+        self._writable.set()
+
+    async def receive(self) -> T:
+        """The next item; raises ``StopAsyncIteration`` once closed and drained."""
+        while not self._items:
+            if self._closed:
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            self._readable.clear()
+            await self._readable.wait()
+        item = self._items.popleft()
+        self._writable.set()
+        return item
+
+    def __aiter__(self) -> Channel[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        return await self.receive()
+
+
+@contextlib.contextmanager
+def closing(channel: Channel[Any]) -> Iterator[None]:
+    """Close ``channel`` when the block ends: normally on success, with the exception on
+    failure, so a downstream stage never mistakes an upstream failure for the end of data.
+
+    A cancelled stage leaves its channel open: cancellation reaches every stage of the task
+    group at once, and the pipeline closes its output with the root error afterwards."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        channel.close(exc)
+        raise
+    else:
+        channel.close()

@@ -1,0 +1,39 @@
+"""Per-stage counters: items in and out, time busy and time waiting."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["StageStats"]
+
+
+@dataclass
+class StageStats:
+    """What one stage did. ``waiting_s`` is time spent waiting for input or for room
+    downstream; ``busy_s`` is the rest of its run time."""
+
+    name: str
+    concurrency: str = "1"
+    items_in: int = 0
+    items_out: int = 0
+    busy_s: float = 0.0
+    waiting_s: float = 0.0
+    started: float = 0.0
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+
+    def finish(self) -> None:
+        total = time.perf_counter() - self.started if self.started else 0.0
+        self.busy_s = max(0.0, total - self.waiting_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "items_in": self.items_in,
+            "items_out": self.items_out,
+            "busy_s": round(self.busy_s, 6),
+            "waiting_s": round(self.waiting_s, 6),
+            "concurrency": self.concurrency,
+        }

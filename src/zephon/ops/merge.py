@@ -1,0 +1,67 @@
+"""merge: a rank's lanes interleaved item by item, round-robin, into one stream."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from zephon.engine.channel import Channel, closing
+from zephon.engine.runner import timed_receive, timed_send
+from zephon.engine.stats import StageStats
+from zephon.ops.block import Block
+
+__all__ = ["merge_lanes"]
+
+_FLUSH_ITEMS = 256
+
+
+async def merge_lanes(
+    lanes: Sequence[Channel[Block]], out: Channel[Block], stats: StageStats, deterministic: bool
+) -> None:
+    """One item from each lane in turn (a lane that ended is skipped from then on). With
+    ``deterministic=False``, whichever lane has items ready goes first."""
+    buffers: list[tuple[Block, int] | None] = [None] * len(lanes)
+    active = list(range(len(lanes)))
+    items: list[Any] = []
+    refs: list[Any] = []
+    marks: list[Any] = []
+
+    async def flush() -> None:
+        nonlocal items, refs, marks
+        if items:
+            stats.items_out += len(items)
+            await timed_send(out, Block(-1, items, refs, marks), stats)
+            items, refs, marks = [], [], []
+
+    with closing(out):
+        turn = 0
+        while active:
+            if not deterministic:
+                ready = [i for i in active if buffers[i] is not None or len(lanes[i])]
+                if ready and active[turn % len(active)] not in ready:
+                    turn = active.index(ready[0])
+            lane = active[turn % len(active)]
+            entry = buffers[lane]
+            while entry is None or entry[1] >= len(entry[0].items):
+                if not len(lanes[lane]):
+                    await flush()
+                try:
+                    block = await timed_receive(lanes[lane], stats)
+                except StopAsyncIteration:
+                    entry = None
+                    break
+                stats.items_in += len(block.items)
+                entry = (block, 0)
+            if entry is None:
+                buffers[lane] = None
+                active.remove(lane)
+                continue
+            block, i = entry
+            items.append(block.items[i])
+            refs.append(block.refs[i])
+            marks.append(block.marks[i])
+            buffers[lane] = (block, i + 1)
+            turn = (active.index(lane) + 1) % len(active)
+            if len(items) >= _FLUSH_ITEMS:
+                await flush()
+        await flush()

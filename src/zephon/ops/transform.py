@@ -1,0 +1,117 @@
+"""map, filter and apply: user functions over a lane's samples, block by block."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from zephon.ops.block import Block
+
+__all__ = ["apply_block", "filter_batch", "map_batch", "run_apply"]
+
+
+def _describe(ref: Any) -> str:
+    if isinstance(ref, tuple) and len(ref) == 3:
+        return f"dataset #{ref[0]}, shard {ref[1]}, sample {ref[2]}"
+    return repr(ref)
+
+
+def map_batch(fn: Callable[[Any], Any], items: list[Any], refs: list[Any]) -> list[Any]:
+    """``fn`` over a block's items; an error keeps its type and names the sample."""
+    out = []
+    for item, ref in zip(items, refs, strict=True):
+        try:
+            out.append(fn(item))
+        except Exception as exc:
+            exc.add_note(f"zephon: map {getattr(fn, '__name__', fn)!r} failed on {_describe(ref)}")
+            raise
+    return out
+
+
+def filter_batch(pred: Callable[[Any], Any], items: list[Any], refs: list[Any]) -> list[bool]:
+    out = []
+    for item, ref in zip(items, refs, strict=True):
+        try:
+            out.append(bool(pred(item)))
+        except Exception as exc:
+            exc.add_note(
+                f"zephon: filter {getattr(pred, '__name__', pred)!r} failed on {_describe(ref)}"
+            )
+            raise
+    return out
+
+
+async def apply_block(
+    kind: str, fn: Callable[[Any], Any], block: Block, pool: Any, stage_name: str
+) -> Block:
+    """One block through a map or filter, in process, awaited, or in the worker pool."""
+    if pool is not None:
+        worker = map_batch if kind == "map" else filter_batch
+        results = await pool.run(stage_name, worker, fn, block.items, block.refs)
+    elif inspect.iscoroutinefunction(fn):
+        results = []
+        for item, ref in zip(block.items, block.refs, strict=True):
+            try:
+                value = await fn(item)
+            except Exception as exc:
+                exc.add_note(
+                    f"zephon: {kind} {getattr(fn, '__name__', fn)!r} failed on {_describe(ref)}"
+                )
+                raise
+            results.append(bool(value) if kind == "filter" else value)
+    else:
+        results = (map_batch if kind == "map" else filter_batch)(fn, block.items, block.refs)
+    if kind == "map":
+        keep = [r is not None for r in results]  # a map returning None drops the sample
+        items = [r for r in results if r is not None]
+    else:
+        keep = results
+        items = [x for x, k in zip(block.items, keep, strict=True) if k]
+    if all(keep):
+        return block.replace(items, block.refs, block.marks)
+    refs = [r for r, k in zip(block.refs, keep, strict=True) if k]
+    marks = [m for m, k in zip(block.marks, keep, strict=True) if k]
+    out = block.replace(items, refs, marks)
+    if not items and block.marks:
+        out.extra["last_mark"] = block.marks[-1]  # an emptied block still moves the lane on
+    return out
+
+
+async def run_apply(
+    op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]],
+    blocks: AsyncIterator[Block],
+    lane: int,
+) -> AsyncIterator[Block]:
+    """Adapt a user's per-item async generator to blocks.
+
+    The user's generator sees single items. Each output item is tagged with the position of
+    the last input item the generator had taken when it produced it, and outputs are grouped
+    into a new block whenever the generator asks for the next input block.
+    """
+    last: dict[str, Any] = {"mark": None, "ref": None}
+    produced: list[tuple[Any, Any, Any]] = []
+    ready: list[Block] = []
+
+    async def items() -> AsyncIterator[Any]:
+        async for block in blocks:
+            if produced:
+                ready.append(_block_of(lane, produced))
+                produced.clear()
+            for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
+                last["mark"], last["ref"] = mark, ref
+                yield item
+
+    stream = op(items())
+    async for out in stream:
+        produced.append((out, last["ref"], last["mark"]))
+        while ready:
+            yield ready.pop(0)
+    if produced:
+        ready.append(_block_of(lane, produced))
+    for block in ready:
+        yield block
+
+
+def _block_of(lane: int, produced: list[tuple[Any, Any, Any]]) -> Block:
+    return Block(lane, [p[0] for p in produced], [p[1] for p in produced], [p[2] for p in produced])

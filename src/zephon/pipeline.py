@@ -1,0 +1,632 @@
+"""Pipeline: the builder, the running graph, and the sync bridge."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from zephon.engine.channel import Channel, closing
+from zephon.engine.pool import WorkerPool
+from zephon.engine.runner import first_error, ordered, stage, timed_receive, timed_send
+from zephon.engine.stats import StageStats
+from zephon.errors import ConfigError
+from zephon.ops.batch import batch_blocks
+from zephon.ops.block import Block
+from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
+from zephon.ops.fetch import Fetched, _read
+from zephon.ops.merge import merge_lanes
+from zephon.ops.transform import apply_block, run_apply
+from zephon.plan import StaticMixtureWorkSource
+from zephon.refs import Cursor, RangeRequest
+from zephon.storage import ManagedStorage, RetryPolicy, StorageLimits
+from zephon.storage.gate import CapacityGate
+
+__all__ = ["Pipeline"]
+
+_LANE_CHANNEL = 4  # blocks buffered between two stages of a lane
+
+
+@dataclass(frozen=True)
+class _Op:
+    kind: str  # "map" | "filter" | "apply" | "batch"
+    fn: Any = None
+    processes: int = 0
+    size: int = 0
+    drop_last: bool = False
+
+    def label(self) -> str:
+        name = getattr(self.fn, "__name__", type(self.fn).__name__) if self.fn is not None else ""
+        if self.kind == "batch":
+            return f"batch({self.size}, drop_last={self.drop_last})"
+        where = f"{self.processes} processes" if self.processes else "in process"
+        return f"{self.kind}({name}; {where})"
+
+
+def _default_rank() -> tuple[int, int]:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class Pipeline:
+    """Fetches a work source's range requests and runs operators over the samples.
+
+    Args:
+        source: the curriculum (its datasets must be :class:`~zephon.dataset.Dataset`).
+        rank, world_size: this process's place; default from ``torch.distributed`` or the
+            ``RANK``/``WORLD_SIZE`` environment.
+        lanes: logical streams (default ``world_size``); must be a multiple of ``world_size``.
+            Rank ``r`` owns lanes ``[r * lanes / world_size, (r + 1) * lanes / world_size)``.
+        deterministic: ``False`` delivers in completion order instead of curriculum order.
+        on_error: ``"raise"``, or ``"skip"`` samples that fail to decode (counted, listed in
+            ``stats()``) up to ``max_skipped``.
+        fetch_budget_bytes: fetched bytes held in the pipeline at most.
+        max_inflight_requests: reads in flight per lane at most.
+        limits, retry: storage client bounds and retry policy.
+        decode_processes: decode in a worker pool of this size (``0``: in process).
+        prefetch: blocks of output kept ready for the consumer.
+
+    Raises:
+        ConfigError: invalid arguments.
+    """
+
+    def __init__(
+        self,
+        source: StaticMixtureWorkSource,
+        rank: int | None = None,
+        world_size: int | None = None,
+        lanes: int | None = None,
+        *,
+        deterministic: bool = True,
+        on_error: str = "raise",
+        max_skipped: int = 1000,
+        fetch_budget_bytes: int = 256 << 20,
+        max_inflight_requests: int = 64,
+        limits: StorageLimits | None = None,
+        retry: RetryPolicy | None = None,
+        decode_processes: int = 0,
+        prefetch: int = 4,
+    ) -> None:
+        if rank is None or world_size is None:
+            env_rank, env_world = _default_rank()
+            rank = env_rank if rank is None else rank
+            world_size = env_world if world_size is None else world_size
+        lanes = world_size if lanes is None else lanes
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ConfigError(
+                f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
+            )
+        if lanes < 1 or lanes % world_size:
+            raise ConfigError(
+                f"lanes ({lanes}) must be a positive multiple of world_size ({world_size})"
+            )
+        if on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        for name, value in (("fetch_budget_bytes", fetch_budget_bytes),
+                            ("max_inflight_requests", max_inflight_requests),
+                            ("prefetch", prefetch)):  # fmt: skip
+            if value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if decode_processes < 0:
+            raise ConfigError(f"decode_processes must be >= 0, got {decode_processes}")
+        datasets = getattr(source, "datasets", None)
+        if not datasets or any(not hasattr(d, "codec") for d in datasets):
+            raise ConfigError("the work source's datasets must be discovered Dataset objects")
+        self.source = source
+        self.rank, self.world_size, self.lanes = rank, world_size, lanes
+        self.deterministic = deterministic
+        self.on_error = on_error
+        self.max_skipped = max_skipped
+        self.fetch_budget_bytes = fetch_budget_bytes
+        self.max_inflight_requests = max_inflight_requests
+        self.limits = limits or StorageLimits(max_inflight_bytes=fetch_budget_bytes)
+        self.retry = retry
+        self.decode_processes = decode_processes
+        self.prefetch_blocks = prefetch
+        self._ops: tuple[_Op, ...] = ()
+        self._last: _Run | None = None
+        self._runs: weakref.WeakSet[_Run] = weakref.WeakSet()
+
+    # -- building ---------------------------------------------------------------------
+
+    def _with(self, op: _Op | None = None, **changes: Any) -> Pipeline:
+        new = object.__new__(Pipeline)
+        new.__dict__.update(self.__dict__)
+        new._ops = self._ops + ((op,) if op is not None else ())
+        new._last = None
+        new._runs = weakref.WeakSet()
+        for key, value in changes.items():
+            setattr(new, key, value)
+        return new
+
+    def _check_after_batch(self, what: str) -> None:
+        if any(op.kind == "batch" for op in self._ops):
+            raise ConfigError(f"{what} after batch() is not supported; put it before batch()")
+
+    def map(self, fn: Callable[[Any], Any], processes: int = 0) -> Pipeline:
+        """``fn(sample) -> sample | None`` (sync or async; ``None`` drops the sample). With
+        ``processes=N``, ``fn`` must be a picklable top-level function; it runs in the
+        pipeline's worker pool, a block at a time, with identical output."""
+        if processes < 0:
+            raise ConfigError(f"processes must be >= 0, got {processes}")
+        if processes and asyncio.iscoroutinefunction(fn):
+            raise ConfigError("an async function cannot run in the process pool")
+        return self._with(_Op("map", fn, processes))
+
+    def filter(self, pred: Callable[[Any], Any], processes: int = 0) -> Pipeline:
+        """Keep samples for which ``pred(sample)`` is true (sync or async)."""
+        if processes < 0:
+            raise ConfigError(f"processes must be >= 0, got {processes}")
+        if processes and asyncio.iscoroutinefunction(pred):
+            raise ConfigError("an async predicate cannot run in the process pool")
+        return self._with(_Op("filter", pred, processes))
+
+    def apply(self, op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Pipeline:
+        """A custom operator: ``op(stream) -> stream``, an async generator over items."""
+        return self._with(_Op("apply", op))
+
+    def batch(self, size: int, drop_last: bool = False) -> Pipeline:
+        """Collate ``size`` samples per batch (per lane) into a dict of columns."""
+        if size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {size}")
+        self._check_after_batch("batch")
+        return self._with(_Op("batch", size=size, drop_last=drop_last))
+
+    def prefetch(self, blocks: int) -> Pipeline:
+        """Keep up to ``blocks`` blocks of output ready ahead of the consumer."""
+        if blocks < 1:
+            raise ConfigError(f"prefetch must be >= 1, got {blocks}")
+        return self._with(prefetch_blocks=blocks)
+
+    def decode(self, processes: int = 0) -> Pipeline:
+        """Decode shards in a worker pool of ``processes`` (``0``: in the event loop)."""
+        if processes < 0:
+            raise ConfigError(f"processes must be >= 0, got {processes}")
+        return self._with(decode_processes=processes)
+
+    # -- introspection ----------------------------------------------------------------
+
+    @property
+    def my_lanes(self) -> range:
+        per = self.lanes // self.world_size
+        return range(self.rank * per, (self.rank + 1) * per)
+
+    def explain(self) -> str:
+        """The planned stages and their concurrency, as text."""
+        ws = self.source
+        names = ", ".join(f"{d.name} ({d.format}, {d.num_samples} samples)" for d in ws.datasets)
+        lines = [
+            f"source: StaticMixtureWorkSource[{names}] shuffle={ws.shuffle} "
+            f"chunk_size={ws.chunk_size} passes={ws.stop_after_passes} "
+            f"policy={ws.exhausted_policy}",
+            f"rank {self.rank}/{self.world_size}: lanes {list(self.my_lanes)} of {self.lanes}, "
+            "each:",
+            f"  plan -> fetch (<= {self.max_inflight_requests} reads in flight, shared budget "
+            f"{self.fetch_budget_bytes / 2**20:.0f} MiB, storage <= {self.limits.max_requests} "
+            "requests)",
+            "  -> decode ("
+            + (f"{self.decode_processes} processes" if self.decode_processes else "in process")
+            + (", skip bad samples" if self.on_error == "skip" else "")
+            + ")",
+        ]
+        lines += [f"  -> {op.label()}" for op in self._ops]
+        order = "round-robin" if self.deterministic else "completion order"
+        lines.append(
+            f"merge lanes ({order}) -> prefetch({self.prefetch_blocks} blocks) -> consumer"
+        )
+        return "\n".join(lines)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the current (or last) run: per stage, fetch, consumer, skipped."""
+        run = self._last
+        if run is None:
+            return {}
+        return run.stats()
+
+    # -- running ----------------------------------------------------------------------
+
+    def _pool_size(self) -> int:
+        return max([self.decode_processes, *(op.processes for op in self._ops)])
+
+    async def _blocks(self, progress: bool) -> AsyncGenerator[list[Any], None]:
+        """Run the pipeline, yielding a block's items at a time."""
+        run = _Run(self)
+        self._last = run
+        self._runs.add(run)
+        bar = _ProgressBar(run) if progress else None
+        await run.start()
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    block = await run.output.receive()
+                except StopAsyncIteration:
+                    break
+                run.stall_s += time.perf_counter() - started
+                run.delivered += len(block.items)
+                if bar is not None:
+                    bar.advance(len(block.items))
+                yield block.items
+        finally:
+            if bar is not None:
+                bar.close()
+            await run.stop()
+
+    async def _aiter(self, progress: bool) -> AsyncIterator[Any]:
+        async with contextlib.aclosing(self._blocks(progress)) as blocks:
+            async for items in blocks:
+                for item in items:
+                    yield item
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._aiter(progress=False)
+
+    def aiter(self, progress: bool = False) -> AsyncIterator[Any]:
+        """Async iteration, optionally with a progress bar."""
+        return self._aiter(progress)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iter()
+
+    def iter(self, progress: bool = False) -> Iterator[Any]:
+        """Iterate from synchronous code: the pipeline runs on a background event loop (uvloop
+        when installed); blocks cross threads, items are yielded here. Breaking out or closing
+        the iterator stops the pipeline and releases every task, connection and worker."""
+        bridge = _Bridge(self, progress)
+        try:
+            yield from bridge
+        finally:
+            bridge.close()
+
+    async def aclose(self) -> None:
+        """Stop every running iteration of this pipeline."""
+        for run in list(self._runs):
+            await run.stop()
+
+    def close(self) -> None:
+        """Stop every running iteration started from synchronous code."""
+        for run in list(self._runs):
+            run.stop_threadsafe()
+
+
+class _Run:
+    """One running instance of a pipeline: its task group lives in ``self.task``."""
+
+    def __init__(self, pipe: Pipeline) -> None:
+        self.pipe = pipe
+        self.output: Channel[Block] = Channel(pipe.prefetch_blocks)
+        self.task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stages: dict[str, StageStats] = {}
+        self.storages: list[ManagedStorage] = []
+        self.ledger = SkipLedger(pipe.max_skipped)
+        self.pool: WorkerPool | None = None
+        self.stall_s = 0.0
+        self.delivered = 0
+        self.started = 0.0
+
+    def _stats(self, name: str, concurrency: str = "1") -> StageStats:
+        stats = StageStats(name, concurrency)
+        self.stages[name] = stats
+        return stats
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.started = time.perf_counter()
+        self.task = asyncio.create_task(self._main(), name="zephon-pipeline")
+
+    async def stop(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def stop_threadsafe(self) -> None:
+        if self.loop is not None and self.task is not None and not self.task.done():
+            self.loop.call_soon_threadsafe(self.task.cancel)
+
+    async def _main(self) -> None:
+        pipe = self.pipe
+        datasets = pipe.source.datasets
+        self.storages = [d.open_storage(limits=pipe.limits, retry=pipe.retry) for d in datasets]
+        size = pipe._pool_size()
+        self.pool = WorkerPool(size) if size else None
+        budget = CapacityGate(pipe.fetch_budget_bytes)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                outs = [self._lane(tg, lane, budget) for lane in pipe.my_lanes]
+                stats = self._stats("merge")
+                tg.create_task(
+                    stage("merge", stats, merge_lanes(outs, self.output, stats, pipe.deterministic))
+                )
+        except BaseExceptionGroup as group:
+            self.output.close(first_error(group))
+        finally:
+            self.output.close()
+            if self.pool is not None:  # idle by now; shutting down takes milliseconds
+                pool, self.pool = self.pool, None
+                pool.shutdown()
+            for storage in self.storages:
+                await storage.aclose()
+
+    def _lane(self, tg: asyncio.TaskGroup, lane: int, budget: CapacityGate) -> Channel[Block]:
+        pipe = self.pipe
+        datasets = pipe.source.datasets
+        requests = pipe.source.requests(lane, pipe.lanes)
+
+        async def read(request: RangeRequest) -> Fetched:
+            reserved = min(request.nbytes, budget.capacity)
+            await budget.acquire(reserved)
+            try:
+                return await _read(self.storages, request, reserved)
+            except BaseException:
+                budget.release(reserved)
+                raise
+
+        fetched: Channel[Fetched] = Channel(pipe.max_inflight_requests)
+        fetch_stats = self._stats(f"fetch[{lane}]", str(pipe.max_inflight_requests))
+        tg.create_task(
+            stage(f"fetch[{lane}]", fetch_stats,
+                  ordered(tg, requests, read, fetched, pipe.max_inflight_requests, fetch_stats,
+                          deterministic=pipe.deterministic))
+        )  # fmt: skip
+
+        def job(f: Fetched) -> DecodeJob:
+            r = f.request
+            ds = datasets[r.dataset]
+            return DecodeJob(ds.codec, ds.shards[r.shard], ds.indexes[r.shard], f.blob.parts,
+                             r.samples, pipe.on_error == "skip")  # fmt: skip
+
+        decoded: Channel[tuple[Fetched, list[Any], list[tuple[int, str]]]] = Channel(
+            max(2, pipe.decode_processes * 2)
+        )
+        decode_stats = self._stats(f"decode[{lane}]", str(pipe.decode_processes or 1))
+        if pipe.decode_processes:
+            pool = self.pool
+            assert pool is not None
+
+            async def decode_remote(f: Fetched) -> tuple[Fetched, list[Any], list[tuple[int, str]]]:
+                items, failed = await pool.run(f"decode[{lane}]", decode_job, job(f))
+                return f, items, failed
+
+            body = ordered(tg, fetched, decode_remote, decoded, pipe.decode_processes * 2,
+                           decode_stats, deterministic=pipe.deterministic)  # fmt: skip
+        else:
+
+            async def decode_local() -> None:
+                with closing(decoded):
+                    while True:
+                        try:
+                            f = await timed_receive(fetched, decode_stats)
+                        except StopAsyncIteration:
+                            return
+                        decode_stats.items_in += 1
+                        items, failed = decode_job(job(f))
+                        decode_stats.items_out += 1
+                        await timed_send(decoded, (f, items, failed), decode_stats)
+
+            body = decode_local()
+        tg.create_task(stage(f"decode[{lane}]", decode_stats, body))
+
+        chunks: Channel[Block] = Channel(_LANE_CHANNEL)
+        assemble_stats = self._stats(f"assemble[{lane}]")
+        assemble = self._assemble(lane, decoded, chunks, budget, assemble_stats)
+        tg.create_task(stage(f"assemble[{lane}]", assemble_stats, assemble))
+        current = chunks
+        for i, op in enumerate(pipe._ops):
+            nxt: Channel[Block] = Channel(_LANE_CHANNEL)
+            name = f"{op.kind}#{i}[{lane}]"
+            st = self._stats(name, str(op.processes or 1))
+            tg.create_task(stage(name, st, self._op(tg, op, lane, current, nxt, st, name)))
+            current = nxt
+        return current
+
+    async def _assemble(
+        self,
+        lane: int,
+        decoded: Channel[tuple[Fetched, list[Any], list[tuple[int, str]]]],
+        out: Channel[Block],
+        budget: CapacityGate,
+        stats: StageStats,
+    ) -> None:
+        datasets = self.pipe.source.datasets
+        ready: list[Block] = []
+
+        def emit(cursor: Cursor, items: list[Any], refs: list[Any], slots: list[int]) -> None:
+            keep = [not is_failed(x) for x in items]
+            marks = [(cursor, s + 1) for s in slots]
+            if not all(keep):
+                items = [x for x, k in zip(items, keep, strict=True) if k]
+                marks_kept = [m for m, k in zip(marks, keep, strict=True) if k]
+                refs = [r for r, k in zip(refs, keep, strict=True) if k]
+                block = Block(lane, items, refs, marks_kept)
+                if marks:
+                    block.extra["last_mark"] = marks[-1]
+            else:
+                block = Block(lane, items, refs, marks)
+            ready.append(block)
+
+        assembler = ChunkAssembler(lane, emit)
+        with closing(out):
+            while True:
+                try:
+                    f, items, failed = await timed_receive(decoded, stats)
+                except StopAsyncIteration:
+                    break
+                budget.release(f.reserved)
+                r = f.request
+                stats.items_in += 1
+                for pos, message in failed:
+                    ds = datasets[r.dataset]
+                    self.ledger.add(ds.name, r.uri, r.samples[pos], message)
+                refs = [(r.dataset, r.shard, s) for s in r.samples]
+                if self.pipe.deterministic:
+                    assembler.add(r.cursor, r.slots, items, refs)
+                else:
+                    emit(r.cursor, items, refs, list(r.slots))
+                while ready:
+                    block = ready.pop(0)
+                    stats.items_out += len(block.items)
+                    await timed_send(out, block, stats)
+            assembler.flush()
+            for block in ready:
+                stats.items_out += len(block.items)
+                await timed_send(out, block, stats)
+
+    async def _op(
+        self,
+        tg: asyncio.TaskGroup,
+        op: _Op,
+        lane: int,
+        source: Channel[Block],
+        out: Channel[Block],
+        stats: StageStats,
+        name: str,
+    ) -> None:
+        if op.kind in ("map", "filter") and op.processes:
+            pool = self.pool
+
+            async def one(block: Block) -> Block:
+                return await apply_block(op.kind, op.fn, block, pool, name)
+
+            await ordered(tg, source, one, out, op.processes, stats,
+                          deterministic=self.pipe.deterministic)  # fmt: skip
+            return
+        with closing(out):
+            if op.kind in ("map", "filter"):
+                async for block in _counted(source, stats):
+                    result = await apply_block(op.kind, op.fn, block, None, name)
+                    stats.items_out += len(result.items)
+                    await timed_send(out, result, stats)
+            else:
+                if op.kind == "batch":
+                    stream = batch_blocks(_counted(source, stats), op.size, op.drop_last, lane)
+                else:
+                    stream = run_apply(op.fn, _counted(source, stats), lane)
+                async for block in stream:
+                    stats.items_out += len(block.items)
+                    await timed_send(out, block, stats)
+
+    def stats(self) -> dict[str, Any]:
+        elapsed = time.perf_counter() - self.started if self.started else 0.0
+        fetch: dict[str, Any] = {"requests": 0, "bytes": 0, "retries": 0, "throttles": 0,
+                                 "truncated": 0, "inflight_bytes": 0}  # fmt: skip
+        latencies: list[float] = []
+        for storage in self.storages:
+            s = storage.stats
+            fetch["requests"] += s.requests
+            fetch["bytes"] += s.bytes_read
+            fetch["retries"] += s.retries
+            fetch["throttles"] += s.throttles
+            fetch["truncated"] += s.truncated
+            fetch["inflight_bytes"] += storage.inflight_bytes
+            latencies.extend(s._latencies_s)
+        latencies.sort()
+        for q in (50, 99):
+            fetch[f"p{q}_latency_s"] = (
+                latencies[min(len(latencies) - 1, round(q / 100 * (len(latencies) - 1)))]
+                if latencies else None
+            )  # fmt: skip
+        return {
+            "elapsed_s": elapsed,
+            "delivered": self.delivered,
+            "consumer_stall_s": self.stall_s,
+            "stages": {name: st.as_dict() for name, st in self.stages.items()},
+            "fetch": fetch,
+            "skipped": [
+                {"dataset": d, "shard": u, "sample": s, "error": e}
+                for d, u, s, e in self.ledger.skipped
+            ],
+        }
+
+
+async def _counted(source: Channel[Block], stats: StageStats) -> AsyncIterator[Block]:
+    while True:
+        try:
+            block = await timed_receive(source, stats)
+        except StopAsyncIteration:
+            return
+        stats.items_in += len(block.items)
+        yield block
+
+
+class _ProgressBar:
+    def __init__(self, run: _Run) -> None:
+        from tqdm import tqdm
+
+        self.run = run
+        self.bar = tqdm(unit=" items", dynamic_ncols=True, desc="zephon")
+        self.last = time.perf_counter()
+
+    def advance(self, n: int) -> None:
+        self.bar.update(n)
+        now = time.perf_counter()
+        if now - self.last > 0.5:
+            self.last = now
+            elapsed = max(1e-9, now - self.run.started)
+            mb = sum(s.stats.bytes_read for s in self.run.storages) / 1e6
+            self.bar.set_postfix_str(f"{mb / elapsed:.1f} MB/s, {self.bar.n / elapsed:.0f} items/s")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+class _Bridge:
+    """Runs a pipeline on a background event loop and hands blocks to the calling thread."""
+
+    def __init__(self, pipe: Pipeline, progress: bool) -> None:
+        self.loop = _new_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="zephon-loop", daemon=True
+        )
+        self.thread.start()
+        self.agen = pipe._blocks(progress)
+        self.closed = False
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            future = asyncio.run_coroutine_threadsafe(self._next(), self.loop)
+            block = future.result()
+            if block is None:
+                return
+            yield from block
+
+    async def _next(self) -> list[Any] | None:
+        try:
+            return await self.agen.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self.agen.aclose(), self.loop).result()
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+            self.loop.close()

@@ -1,0 +1,296 @@
+"""The pipeline end to end: order, coverage, offload, errors, cleanup, distribution."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests import pipeline_fns as fns
+from tests.formatdata import write_jsonl, write_parquet
+from zephon import Dataset
+from zephon.errors import ConfigError, FormatError, WorkerCrashed, ZephonError
+from zephon.pipeline import Pipeline
+from zephon.plan import StaticMixtureWorkSource
+from zephon.storage import RetryPolicy
+from zephon.testing import FaultProxy, Faults, GCSEmulator, S3Endpoint
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict[str, Any]]:
+    return [{"id": i, "text": f"document number {i}"} for i in range(3000)]
+
+
+@pytest.fixture(scope="module")
+def toy(records: list[dict[str, Any]]) -> Dataset:
+    return Dataset.from_records("toy", records, samples_per_shard=250)
+
+
+def source(*datasets: Dataset, **kw: Any) -> StaticMixtureWorkSource:
+    kw.setdefault("chunk_size", 128)
+    return StaticMixtureWorkSource(list(datasets), seed=7, **kw)
+
+
+def ids(items: list[Any]) -> list[int]:
+    return [s["id"] for s in items]
+
+
+def test_sync_iteration_yields_one_pass_in_curriculum_order(toy: Dataset) -> None:
+    ws = source(toy, shuffle="global")
+    out = list(Pipeline(ws))
+    assert sorted(ids(out)) == list(range(3000))
+    chunks = [c for c in ws.chunks(0, 1)]
+    planned = [int(s) for c in chunks for s in c.shards * 250 + c.samples]
+    assert ids(out) == planned  # exactly the planner's order
+
+
+async def test_order_is_independent_of_concurrency_processes_and_prefetch(toy: Dataset) -> None:
+    ws = source(toy, shuffle="block")
+
+    async def run(pipe: Pipeline) -> list[Any]:
+        return [b async for b in pipe]
+
+    def build(inflight: int, procs: int, prefetch: int, decode: int) -> Pipeline:
+        return (
+            Pipeline(ws, lanes=2, max_inflight_requests=inflight, decode_processes=decode)
+            .map(fns.double, processes=procs)
+            .filter(fns.keep_even, processes=procs)
+            .batch(16)
+            .prefetch(prefetch)
+        )
+
+    reference = await run(build(1, 0, 1, 0))
+    for inflight, procs, prefetch, decode in [(16, 0, 4, 0), (64, 2, 2, 0), (64, 0, 8, 2)]:
+        got = await run(build(inflight, procs, prefetch, decode))
+        assert len(got) == len(reference)
+        for a, b in zip(got, reference, strict=True):
+            assert a["text"] == b["text"]
+            np.testing.assert_array_equal(a["double"], b["double"])
+
+
+def test_map_none_drops_and_async_functions_work(toy: Dataset) -> None:
+    async def tag(sample: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {**sample, "tag": True}
+
+    out = list(Pipeline(source(toy, shuffle="none")).map(fns.drop_multiples_of_5).map(tag))
+    assert ids(out) == [i for i in range(3000) if i % 5]
+    assert all(s["tag"] for s in out)
+
+
+def test_apply_runs_a_user_async_generator(toy: Dataset) -> None:
+    async def pairs(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        pending = None
+        async for sample in stream:
+            if pending is None:
+                pending = sample
+            else:
+                yield {"ids": (pending["id"], sample["id"])}
+                pending = None
+
+    out = list(Pipeline(source(toy, shuffle="none")).apply(pairs))
+    assert [s["ids"] for s in out] == [(i, i + 1) for i in range(0, 3000, 2)]
+
+
+def test_batches_are_numpy_columns(toy: Dataset) -> None:
+    out = list(Pipeline(source(toy, shuffle="none")).batch(64, drop_last=True))
+    assert len(out) == 3000 // 64
+    assert out[0]["id"].dtype.kind == "i" and out[0]["id"].shape == (64,)
+    assert out[0]["text"][:2] == ["document number 0", "document number 1"]
+    tail = list(Pipeline(source(toy, shuffle="none")).batch(64))
+    assert len(tail) == len(out) + 1 and len(tail[-1]["id"]) == 3000 % 64
+
+
+def test_worker_errors_keep_their_type_and_name_the_sample(toy: Dataset) -> None:
+    pipe = Pipeline(source(toy, shuffle="none")).map(fns.fail_on_13, processes=2)
+    with pytest.raises(KeyError) as info:
+        list(pipe)
+    notes = "\n".join(info.value.__notes__)
+    assert "sample 13" in notes and "fail_on_13" in notes and "in stage 'map#0[0]'" in notes
+
+
+def test_a_killed_worker_raises_worker_crashed(toy: Dataset) -> None:
+    pipe = Pipeline(source(toy, shuffle="none")).map(fns.die_on_7, processes=2)
+    with pytest.raises(WorkerCrashed, match="map#0"):
+        list(pipe)
+
+
+def test_in_process_errors_name_the_stage(toy: Dataset) -> None:
+    def boom(sample: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("bad value")
+
+    with pytest.raises(ValueError, match="bad value") as info:
+        list(Pipeline(source(toy)).map(boom))
+    assert any("in stage 'map#0[0]'" in n for n in info.value.__notes__)
+
+
+def _threads() -> set[str]:
+    return {t.name for t in threading.enumerate()}
+
+
+def test_early_break_releases_everything(toy: Dataset) -> None:
+    before = _threads()
+    pipe = Pipeline(source(toy), lanes=2).map(fns.double, processes=2).batch(8)
+    it = iter(pipe)
+    first = next(it)
+    assert len(first["id"]) == 8
+    run = pipe._last
+    assert run is not None and run.pool is not None and run.pool.pids()
+    pids = list(run.pool.pids())
+    it.close()  # what `break` does to a for loop's iterator
+    assert run.task is not None and run.task.done()
+    assert run.pool is None
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert _threads() <= before | {"QueueFeederThread"}
+    assert all(s.backend._session is None for s in run.storages if hasattr(s.backend, "_session"))
+
+
+async def test_async_early_break_leaves_no_tasks(toy: Dataset) -> None:
+    pipe = Pipeline(source(toy), lanes=2).batch(4)
+    async with contextlib.aclosing(pipe.aiter()) as it:
+        async for _ in it:
+            break
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert others == []
+
+
+def test_bad_samples_are_skipped_and_counted_when_asked(tmp_path: Path) -> None:
+    lines = [f'{{"id": {i}}}' if i % 100 != 42 else "{broken" for i in range(500)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    ds = Dataset.from_path("web", str(tmp_path))
+    with pytest.raises(FormatError, match="sample 42"):
+        list(Pipeline(source(ds, shuffle="none")))
+    pipe = Pipeline(source(ds, shuffle="none"), on_error="skip")
+    out = list(pipe)
+    assert ids(out) == [i for i in range(500) if i % 100 != 42]
+    skipped = pipe.stats()["skipped"]
+    assert [s["sample"] for s in skipped] == [42, 142, 242, 342, 442]
+    assert all(s["dataset"] == "web" and s["shard"].endswith("a.jsonl") for s in skipped)
+    with pytest.raises(ZephonError, match="skip budget"):
+        list(Pipeline(source(ds), on_error="skip", max_skipped=3))
+
+
+def test_ranks_split_lanes_and_together_cover_the_pass(toy: Dataset) -> None:
+    ws = source(toy, shuffle="block")
+    single = Counter(ids(list(Pipeline(ws, rank=0, world_size=1, lanes=4))))
+    parts = [ids(list(Pipeline(ws, rank=r, world_size=2, lanes=4))) for r in range(2)]
+    assert not set(parts[0]) & set(parts[1])
+    assert Counter(parts[0]) + Counter(parts[1]) == single
+    assert set(single) == set(range(3000))
+
+
+def test_rank_and_world_size_from_the_environment(
+    toy: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    pipe = Pipeline(source(toy))
+    assert (pipe.rank, pipe.world_size, pipe.lanes, list(pipe.my_lanes)) == (1, 3, 3, [1])
+    with pytest.raises(ConfigError, match="multiple of world_size"):
+        Pipeline(source(toy), lanes=4)
+
+
+def test_stats_explain_and_progress(toy: Dataset, capsys: pytest.CaptureFixture[str]) -> None:
+    pipe = Pipeline(source(toy), lanes=2).map(fns.double).batch(10)
+    text = pipe.explain()
+    assert "lanes [0, 1] of 2" in text and "map(double; in process)" in text and "batch(10" in text
+    out = list(pipe.iter(progress=True))
+    st = pipe.stats()
+    # lanes hold 12 and 11.4 chunks of 128: 1536 and 1464 samples, batched per lane
+    assert st["delivered"] == len(out) == 154 + 147
+    assert st["stages"]["map#0[0]"]["items_in"] + st["stages"]["map#0[1]"]["items_in"] == 3000
+    assert st["fetch"]["requests"] > 0 and st["fetch"]["bytes"] > 0
+    assert st["fetch"]["p50_latency_s"] is not None
+    assert "zephon" in capsys.readouterr().err  # the progress bar
+
+
+def _mixed(tmp_path: Path) -> list[Dataset]:
+    write_jsonl(tmp_path / "web", shards=4, per_shard=60)
+    write_parquet(tmp_path / "tab", shards=2)
+    return [Dataset.from_path("web", str(tmp_path / "web")),
+            Dataset.from_path("tab", str(tmp_path / "tab"))]  # fmt: skip
+
+
+async def _upload(base: str, options: dict[str, Any], src: Path) -> None:
+    from tests.integration.test_datasets import _upload as upload
+
+    await upload(base, options, src)
+
+
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+async def test_exactly_once_per_pass_from_cloud_servers(
+    server: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    expected_web = write_jsonl(tmp_path / "web", shards=4, per_shard=60)
+    expected_tab = write_parquet(tmp_path / "tab", shards=2)
+    if server == "s3":
+        endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
+        base = f"s3://{request.getfixturevalue('s3_bucket')}/"
+        options: dict[str, Any] = endpoint.storage_options()
+    else:
+        emulator: GCSEmulator = request.getfixturevalue("gcs_emulator")
+        base = f"gs://{request.getfixturevalue('gcs_bucket')}/"
+        options = {"endpoint_url": emulator.url}
+    await _upload(base, options, tmp_path)
+    web = await Dataset.afrom_path("web", base + "web/", storage_options=options)
+    tab = await Dataset.afrom_path("tab", base + "tab/", storage_options=options)
+    ws = StaticMixtureWorkSource([web, tab], seed=3, chunk_size=64, stop_after_passes=2,
+                                 shuffle="global")  # fmt: skip
+    out = [s async for s in Pipeline(ws, lanes=2)]
+    got = Counter(json.dumps(s, sort_keys=True) for s in out)
+    everything = [json.dumps(s, sort_keys=True) for s in expected_web + expected_tab]
+    assert set(got) == set(everything)  # nothing foreign
+    assert min(got.values()) >= 2  # two full passes of each dataset
+    # extra samples only where a lane kept looping a dataset while it finished the other
+    assert sum(got.values()) - 2 * len(everything) < 0.1 * len(everything)
+
+
+async def test_faults_neither_lose_nor_duplicate_samples(
+    s3_endpoint: S3Endpoint, s3_bucket: str, tmp_path: Path
+) -> None:
+    write_jsonl(tmp_path / "web", shards=6, per_shard=80)
+    base = f"s3://{s3_bucket}/"
+    await _upload(base, s3_endpoint.storage_options(), tmp_path)
+    clean = await Dataset.afrom_path(
+        "web", base + "web/", storage_options=s3_endpoint.storage_options()
+    )
+    # no coalescing: one read per sample, so hundreds of requests meet the faults
+    reference = [s async for s in Pipeline(source(clean, shuffle="global", coalesce_gap_bytes=0))]
+    faults = Faults(throttle_rate=0.2, reset_rate=0.05, truncate_rate=0.05, seed=11)
+    with FaultProxy(s3_endpoint.endpoint_url, faults) as proxy:
+        flaky = await Dataset.afrom_path(
+            "web", base + "web/", storage_options=s3_endpoint.storage_options(proxy.url)
+        )
+        pipe = Pipeline(source(flaky, shuffle="global", coalesce_gap_bytes=0),
+                        retry=RetryPolicy(max_attempts=12, base_delay_s=0.001))  # fmt: skip
+        got = [s async for s in pipe]
+        assert sum(proxy.injected.values()) > 50
+    assert got == reference
+    assert pipe.stats()["fetch"]["retries"] > 0
+
+
+def test_configuration_errors(toy: Dataset) -> None:
+    ws = source(toy)
+    with pytest.raises(ConfigError, match="on_error"):
+        Pipeline(ws, on_error="ignore")
+    with pytest.raises(ConfigError, match="batch size"):
+        Pipeline(ws).batch(0)
+    with pytest.raises(ConfigError, match="after batch"):
+        Pipeline(ws).batch(2).batch(2)
+    with pytest.raises(ConfigError, match="rank"):
+        Pipeline(ws, rank=2, world_size=2)
+    gc.collect()
