@@ -12,6 +12,8 @@ from zephon.errors import (
     WorkerCrashed,
     ZephonError,
 )
+from zephon.pipeline import Pipeline
+from zephon.plan import StaticMixtureWorkSource
 from zephon.refs import ObjectInfo, ShardInfo
 
 __version__ = "0.1.0"
@@ -24,8 +26,10 @@ __all__ = [
     "NotFound",
     "ObjectChanged",
     "ObjectInfo",
+    "Pipeline",
     "ShardInfo",
     "StateMismatch",
+    "StaticMixtureWorkSource",
     "StorageError",
     "WorkerCrashed",
     "ZephonError",

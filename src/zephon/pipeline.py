@@ -20,7 +20,7 @@ from zephon.errors import ConfigError
 from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
-from zephon.ops.fetch import Fetched, _read
+from zephon.ops.fetch import Fetched, UnitCache, read_request
 from zephon.ops.merge import merge_lanes
 from zephon.ops.transform import apply_block, run_apply
 from zephon.plan import StaticMixtureWorkSource
@@ -77,6 +77,8 @@ class Pipeline:
         limits, retry: storage client bounds and retry policy.
         decode_processes: decode in a worker pool of this size (``0``: in process).
         prefetch: blocks of output kept ready for the consumer.
+        unit_cache_bytes: recent unit reads (Parquet row groups, compressed shards) kept so
+            that consecutive chunks needing the same unit fetch it once; ``0`` disables.
 
     Raises:
         ConfigError: invalid arguments.
@@ -98,6 +100,7 @@ class Pipeline:
         retry: RetryPolicy | None = None,
         decode_processes: int = 0,
         prefetch: int = 4,
+        unit_cache_bytes: int = 64 << 20,
     ) -> None:
         if rank is None or world_size is None:
             env_rank, env_world = _default_rank()
@@ -135,6 +138,7 @@ class Pipeline:
         self.retry = retry
         self.decode_processes = decode_processes
         self.prefetch_blocks = prefetch
+        self.unit_cache_bytes = unit_cache_bytes
         self._ops: tuple[_Op, ...] = ()
         self._last: _Run | None = None
         self._runs: weakref.WeakSet[_Run] = weakref.WeakSet()
@@ -313,6 +317,7 @@ class _Run:
         self.storages: list[ManagedStorage] = []
         self.ledger = SkipLedger(pipe.max_skipped)
         self.pool: WorkerPool | None = None
+        self.unit_cache: UnitCache | None = None
         self.stall_s = 0.0
         self.delivered = 0
         self.started = 0.0
@@ -346,6 +351,7 @@ class _Run:
         size = pipe._pool_size()
         self.pool = WorkerPool(size) if size else None
         budget = CapacityGate(pipe.fetch_budget_bytes)
+        self.unit_cache = UnitCache(pipe.unit_cache_bytes) if pipe.unit_cache_bytes else None
         try:
             async with asyncio.TaskGroup() as tg:
                 outs = [self._lane(tg, lane, budget) for lane in pipe.my_lanes]
@@ -367,12 +373,14 @@ class _Run:
         pipe = self.pipe
         datasets = pipe.source.datasets
         requests = pipe.source.requests(lane, pipe.lanes)
+        unit_datasets = {i for i, m in enumerate(pipe.source.manifests) if not m.all_records}
 
         async def read(request: RangeRequest) -> Fetched:
             reserved = min(request.nbytes, budget.capacity)
             await budget.acquire(reserved)
             try:
-                return await _read(self.storages, request, reserved)
+                cache = self.unit_cache if request.dataset in unit_datasets else None
+                return await read_request(self.storages, request, reserved, cache)
             except BaseException:
                 budget.release(reserved)
                 raise
@@ -535,6 +543,7 @@ class _Run:
             fetch["truncated"] += s.truncated
             fetch["inflight_bytes"] += storage.inflight_bytes
             latencies.extend(s._latencies_s)
+        fetch["unit_cache_hits"] = self.unit_cache.hits if self.unit_cache is not None else 0
         latencies.sort()
         for q in (50, 99):
             fetch[f"p{q}_latency_s"] = (

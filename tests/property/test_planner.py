@@ -164,6 +164,11 @@ def test_coalesced_requests_cover_exactly_the_samples(
             ((start, stop),) = r.ranges
             picked = np.array(r.samples)
             assert start == offsets[picked].min() and stop == offsets[picked + 1].max()
+            spans = sorted(zip(offsets[picked].tolist(), offsets[picked + 1].tolist(), strict=True))
+            reached = spans[0][1]
+            for a, b in spans[1:]:  # no stretch of unneeded bytes longer than the gap bound
+                assert a - reached <= gap
+                reached = max(reached, b)
             assert len(set(r.slots)) == len(r.slots)
             assert list(r.slots) == sorted(r.slots)  # curriculum order within a request
             if len(r.samples) > 1:

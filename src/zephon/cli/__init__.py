@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     index.add_argument("--out", default=None, help="where to write it (default: beside the data)")
 
     demo = sub.add_parser("demo", help="stream a generated dataset from an embedded S3 server")
-    demo.add_argument("--shards", type=int, default=24)
+    demo.add_argument("--shards", type=int, default=16)
     demo.add_argument("--shard-mib", type=int, default=4)
     demo.add_argument("--concurrency", type=int, default=16)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -25,7 +26,8 @@ from zephon.refs import ShardInfo
 
 __all__ = ["FOOTER_PROBE_BYTES", "ParquetCodec", "footer_length", "index_from_footer"]
 
-FOOTER_PROBE_BYTES = 64 * 1024  # one tail read holds the footer of almost every real file
+FOOTER_PROBE_BYTES = 64 * 1024
+_TABLES_KEEP = 8  # one tail read holds the footer of almost every real file
 _MAGIC = b"PAR1"
 
 
@@ -132,6 +134,9 @@ class ParquetCodec:
     def __init__(self, dataset: str, columns: Sequence[str] | None = None) -> None:
         self.dataset = dataset
         self.columns = list(columns) if columns is not None else None
+        # Consecutive chunks often draw rows from the same row group: keep the last few
+        # decoded, so each is decoded once.
+        self._tables: OrderedDict[tuple[str, str, int], pa.Table] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "columns": self.columns}
@@ -151,8 +156,14 @@ class ParquetCodec:
         rows: dict[int, dict[str, Any]] = {}
         for g in sorted(set(groups.tolist())):
             first = int(index.row_starts[g])
+            key = (shard.uri, shard.version, g)
             try:
-                table = source.read_row_group(g, columns=self.columns)
+                table = self._tables.get(key)
+                if table is None:
+                    table = source.read_row_group(g, columns=self.columns)
+                    self._tables[key] = table
+                    while len(self._tables) > _TABLES_KEEP:
+                        self._tables.popitem(last=False)
             except (OSError, pa.ArrowException, KeyError) as exc:
                 raise FormatError(
                     f"cannot decode row group {g} ({type(exc).__name__}: {exc})",

@@ -1,24 +1,26 @@
 """fetch: a lane's range requests become bytes, many in flight, delivered in request order.
 
-The producer reserves each request's bytes in the pipeline's fetch budget *before* starting it
-and the budget is released only when the decoded samples leave the decode stage, so fetched
-bytes held anywhere in the pipeline stay within the budget; a slow consumer therefore stops
-new requests, which is backpressure all the way to storage.
+The pipeline reserves each request's bytes in its fetch budget *before* starting it and
+releases them only when the decoded samples leave the decode stage, so fetched bytes held
+anywhere in the pipeline stay within the budget; a slow consumer therefore stops new requests,
+which is backpressure all the way to storage.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from zephon.engine.channel import Channel
 from zephon.formats.blob import Blob
 from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
-from zephon.storage.gate import CapacityGate
 
-__all__ = ["Fetched", "fetch_requests"]
+__all__ = ["Fetched", "UnitCache", "read_request"]
+
+Parts = list[tuple[int, bytes]]
 
 
 @dataclass(slots=True)
@@ -28,44 +30,75 @@ class Fetched:
     reserved: int
 
 
-async def _read(
-    storages: Sequence[ManagedStorage], request: RangeRequest, reserved: int
-) -> Fetched:
+class UnitCache:
+    """Recently fetched *unit* reads (a Parquet row group's column chunks, a compressed
+    shard), kept so that consecutive chunks needing the same unit fetch it once.
+
+    Record reads are never cached: the planner already makes them dense. Concurrent misses
+    for the same unit share one fetch.
+    """
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity = capacity_bytes
+        self._entries: OrderedDict[Any, Parts] = OrderedDict()
+        self._inflight: dict[Any, asyncio.Future[Parts]] = {}
+        self._bytes = 0
+        self.hits = 0
+
+    async def get(self, key: Any, fetch: Callable[[], Awaitable[Parts]]) -> Parts:
+        parts = self._entries.get(key)
+        if parts is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return parts
+        pending = self._inflight.get(key)
+        if pending is not None:
+            self.hits += 1
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Parts] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            parts = await fetch()
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # marked retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        future.set_result(parts)
+        size = sum(len(d) for _, d in parts)
+        if size <= self.capacity:
+            self._entries[key] = parts
+            self._bytes += size
+            while self._bytes > self.capacity:
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= sum(len(d) for _, d in old)
+        return parts
+
+
+async def _fetch_parts(storages: Sequence[ManagedStorage], request: RangeRequest) -> Parts:
     storage = storages[request.dataset]
     if len(request.ranges) == 1:
         ((start, stop),) = request.ranges
-        parts = [await storage.read(request.uri, start, stop, version=request.version)]
-    else:
-        parts = list(
-            await asyncio.gather(
-                *(
-                    storage.read(request.uri, a, b, version=request.version)
-                    for a, b in request.ranges
-                )
-            )
-        )
-    blob = Blob([(a, data) for (a, _), data in zip(request.ranges, parts, strict=True)])
-    return Fetched(request, blob, reserved)
+        return [(start, await storage.read(request.uri, start, stop, version=request.version))]
+    parts = await asyncio.gather(
+        *(storage.read(request.uri, a, b, version=request.version) for a, b in request.ranges)
+    )
+    return [(a, data) for (a, _), data in zip(request.ranges, parts, strict=True)]
 
 
-async def fetch_requests(
-    requests: AsyncIterator[RangeRequest],
+async def read_request(
     storages: Sequence[ManagedStorage],
-    budget: CapacityGate,
-    tg: asyncio.TaskGroup,
-    pending: Channel[asyncio.Task[Fetched]],
-) -> None:
-    """Start a fetch task per request (bounded by ``budget`` and ``pending``'s capacity) and
-    hand the tasks, in request order, to ``pending``; closes ``pending`` at the end."""
-    try:
-        async for request in requests:
-            reserved = min(request.nbytes, budget.capacity)
-            await budget.acquire(reserved)
-            try:
-                task = tg.create_task(_read(storages, request, reserved))
-            except BaseException:
-                budget.release(reserved)
-                raise
-            await pending.send(task)
-    finally:
-        pending.close()
+    request: RangeRequest,
+    reserved: int,
+    cache: UnitCache | None = None,
+) -> Fetched:
+    """Fetch every range of ``request`` (through ``cache`` for unit reads)."""
+    if cache is None:
+        return Fetched(request, Blob(await _fetch_parts(storages, request)), reserved)
+    key = (request.uri, request.version, request.ranges)
+    parts = await cache.get(key, lambda: _fetch_parts(storages, request))
+    return Fetched(request, Blob(parts), reserved)

@@ -40,6 +40,37 @@ async def merge_lanes(
                 ready = [i for i in active if buffers[i] is not None or len(lanes[i])]
                 if ready and active[turn % len(active)] not in ready:
                     turn = active.index(ready[0])
+            if (
+                deterministic
+                and len(active) > 1
+                and all(
+                    buffers[i] is not None and buffers[i][1] < len(buffers[i][0].items)  # type: ignore[index]
+                    for i in active
+                )
+            ):
+                # Every lane has items buffered: take whole rounds at once (zip interleaves
+                # in C), starting with the lane whose turn it is.
+                start = turn % len(active)
+                order = active[start:] + active[:start]
+                entries = [buffers[i] for i in order]
+                take = min(len(e[0].items) - e[1] for e in entries)  # type: ignore[index]
+                for name, out_list in (("items", items), ("refs", refs), ("marks", marks)):
+                    columns = [getattr(e[0], name)[e[1] : e[1] + take] for e in entries]  # type: ignore[index]
+                    out_list.extend(x for group in zip(*columns, strict=True) for x in group)
+                for i, e in zip(order, entries, strict=True):
+                    buffers[i] = (e[0], e[1] + take)  # type: ignore[index]
+                if len(items) >= _FLUSH_ITEMS:
+                    await flush()
+                continue
+            if len(active) == 1 and buffers[active[0]] is not None:
+                # A single lane: pass its blocks through whole.
+                block, i = buffers[active[0]]  # type: ignore[misc]
+                items.extend(block.items[i:])
+                refs.extend(block.refs[i:])
+                marks.extend(block.marks[i:])
+                buffers[active[0]] = None
+                await flush()
+                continue
             lane = active[turn % len(active)]
             entry = buffers[lane]
             while entry is None or entry[1] >= len(entry[0].items):

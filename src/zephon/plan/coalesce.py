@@ -88,15 +88,16 @@ def coalesce(
         if manifest.all_records:
             starts[mask], stops[mask] = manifest.spans(shards[mask], samples[mask])
             continue
-        for i in np.flatnonzero(mask):
-            layout = manifest.layouts[int(shards[i])]
+        where = np.flatnonzero(mask)
+        for shard in np.unique(shards[where]).tolist():
+            at = where[shards[where] == shard]
+            layout = manifest.layouts[shard]
             if isinstance(layout, RowGroupIndex):
-                units[i] = int(np.searchsorted(layout.row_starts, samples[i], side="right")) - 1
+                units[at] = np.searchsorted(layout.row_starts, samples[at], side="right") - 1
             elif isinstance(layout, StreamIndex):
-                units[i] = 0
+                units[at] = 0
             else:
-                s = samples[i : i + 1]
-                starts[i], stops[i] = int(layout.starts(s)[0]), int(layout.stops(s)[0])
+                starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
     order = np.lexsort((starts, units, shards, datasets))
     d_s, sh_s, u_s = datasets[order], shards[order], units[order]
@@ -104,7 +105,11 @@ def coalesce(
     new = np.ones(n, dtype=bool)
     if n > 1:
         same_shard = (d_s[1:] == d_s[:-1]) & (sh_s[1:] == sh_s[:-1]) & (u_s[1:] == u_s[:-1])
-        running_stop = np.maximum.accumulate(np.where(u_s < 0, sp_s, 0))
+        # Furthest byte reached so far *within the shard*: a running maximum restarted at each
+        # shard by lifting every shard onto its own range of values.
+        shard_id = np.cumsum(np.r_[True, ~same_shard]) - 1
+        lift = shard_id.astype(np.int64) << 42
+        running_stop = np.maximum.accumulate(np.where(u_s < 0, sp_s, 0) + lift) - lift
         close = (st_s[1:] - running_stop[:-1]) <= gap_bytes
         new[1:] = ~(same_shard & ((u_s[1:] >= 0) | close))
     group = np.cumsum(new) - 1

@@ -4,8 +4,13 @@ Each maps a rank ``k`` in ``[0, N)`` to ``(shard, sample)`` for pass ``p``, vect
 
 - ``none``: storage order.
 - ``shards``: shards in a permuted order, samples in order within each.
-- ``block``: the ``shards`` order, then ranks permuted within consecutive blocks of
-  ``block_size`` (so a block spans a few shards and its reads stay close together).
+- ``block``: the ``shards`` order, cut into blocks of ``block_size`` ranks (a few shards).
+  Within a block, *runs* of ``run_size`` consecutive ranks are permuted; each window of
+  ``chunk_size`` ranks then takes its runs round-robin, in a keyed order. A chunk is thus an
+  interleave of whole runs from random places in its block, and any stretch of consecutive
+  ranks (a chunk cut short by the mixture, say) takes a contiguous piece of each run: reads
+  stay dense. If ``run_size`` does not divide ``chunk_size``, ranks are permuted freely
+  within each window instead.
 - ``global``: a full bijective permutation of ``[0, N)``, then storage order.
 
 Every permutation is keyed by (seed, dataset name, pass[, block]); memory is O(shards) (the
@@ -30,11 +35,21 @@ _PASS_CACHE = 2  # a lane straddles at most two passes at once
 class DatasetOrder:
     """Rank -> (shard, sample) of one dataset, per pass."""
 
-    def __init__(self, manifest: Manifest, shuffle: str, seed: int, block_size: int) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        shuffle: str,
+        seed: int,
+        block_size: int,
+        window: int = 1024,
+        run_size: int = 64,
+    ) -> None:
         self.manifest = manifest
         self.shuffle = shuffle
         self.seed = seed
         self.block_size = block_size
+        self.window = window
+        self.run_size = run_size
         self.n = manifest.num_samples
         self._storage_cum = np.concatenate(([0], np.cumsum(manifest.shard_samples)))
         self._passes: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
@@ -67,15 +82,41 @@ class DatasetOrder:
         return self._split(ranks, perm, cum)
 
     def _within_blocks(self, pass_: int, ranks: np.ndarray) -> np.ndarray:
-        size = self.block_size
+        size, window, run = self.block_size, self.window, self.run_size
+        interleave = window % run == 0 and window > run
         blocks = ranks // size
         out = np.empty_like(ranks)
-        for block in np.unique(blocks):
+        name = self.manifest.name
+        for block in np.unique(blocks).tolist():
             mask = blocks == block
-            base = int(block) * size
+            base = block * size
             domain = min(size, self.n - base)
-            key = key_of("block", self.seed, self.manifest.name, pass_, int(block))
-            out[mask] = base + permute(ranks[mask] - base, domain, key)
+            pos = ranks[mask] - base
+            windows = pos // window
+            for w in np.unique(windows).tolist():
+                wmask = windows == w
+                width = min(window, domain - w * window)
+                p = pos[wmask] - w * window
+                if interleave and width == window:
+                    # Round-robin over the window's runs, in a keyed order, each run in file
+                    # order: any stretch of consecutive ranks takes a contiguous piece of
+                    # every run, so reads stay dense. (A rotation of each run would add
+                    # little randomness and split pieces that the gap rule then merges.)
+                    per = window // run
+                    t, slot = np.divmod(p, per)
+                    slot = permute(slot, per, key_of("slots", self.seed, name, pass_, block, w))
+                    p = slot * run + t
+                else:
+                    p = permute(p, width, key_of("window", self.seed, name, pass_, block, w))
+                pos[wmask] = w * window + p
+            runs = domain // run  # whole runs moved around the block; a short tail stays put
+            whole = pos < runs * run
+            if runs > 1 and whole.any():
+                moved = permute(
+                    pos[whole] // run, runs, key_of("runs", self.seed, name, pass_, block)
+                )
+                pos[whole] = moved * run + pos[whole] % run
+            out[mask] = base + pos
         return out
 
     @staticmethod

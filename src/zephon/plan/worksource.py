@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError, StateMismatch
+from zephon.formats.index import RowGroupIndex
 from zephon.plan.coalesce import PlannedReads, coalesce
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
@@ -65,6 +66,39 @@ class WorkChunk:
         return self._requests
 
 
+_RUN_TARGET_BYTES = 1 << 20
+
+
+def _default_run(manifest: Manifest, chunk_size: int) -> int:
+    """Samples kept together by block shuffling (always a divisor of ``chunk_size``): for
+    Parquet, a row group (its read unit); for record formats, enough samples for a read of
+    about 1 MiB (small reads cost a request each), but at least a sixteenth of a chunk."""
+    rows = [
+        int(np.median(np.diff(x.row_starts)))
+        for x in manifest.layouts[:64]
+        if isinstance(x, RowGroupIndex) and len(x.row_starts) > 1
+    ]
+    if rows:
+        want = int(np.median(rows))
+    else:
+        sample_bytes = _mean_sample_bytes(manifest)
+        want = max(chunk_size // 16, math.ceil(_RUN_TARGET_BYTES / max(1.0, sample_bytes)))
+    fit = max(1, min(chunk_size, want))
+    return max(d for d in range(1, fit + 1) if chunk_size % d == 0)
+
+
+def _mean_sample_bytes(manifest: Manifest) -> float:
+    probe = min(manifest.num_shards, 16)
+    shards = np.repeat(np.arange(probe), 1)
+    counts = manifest.shard_samples[:probe]
+    if not manifest.all_records or counts.sum() == 0:
+        return 1024.0
+    starts, _ = manifest.spans(shards, np.zeros(probe, dtype=np.int64))
+    _, stops = manifest.spans(shards, np.maximum(counts - 1, 0))
+    total = float((stops - starts)[counts > 0].sum())
+    return total / float(counts.sum())
+
+
 class StaticMixtureWorkSource:
     """A fixed mixture of datasets: what to read, in which order, how often.
 
@@ -78,7 +112,10 @@ class StaticMixtureWorkSource:
         seed: keys every permutation.
         shuffle: ``"none"``, ``"shards"``, ``"block"`` or ``"global"``.
         block_size: samples per shuffle block (``block``); ``None``: four mean shards, at
-            least ``chunk_size``.
+            least ``chunk_size``, rounded up to a multiple of it.
+        run_size: consecutive samples kept together by ``block`` shuffling (one read each);
+            ``None``: ``chunk_size // 16`` for record formats, the row-group size (at most
+            ``chunk_size``) for Parquet, whose read unit is a row group.
         chunk_size: pointers per work chunk (also the lane split's unit).
         exhausted_policy: ``"repeat"`` (datasets loop until every one completed
             ``stop_after_passes`` passes) or ``"stop"`` (end when any dataset is exhausted).
@@ -101,6 +138,7 @@ class StaticMixtureWorkSource:
         seed: int = 0,
         shuffle: str = "block",
         block_size: int | None = None,
+        run_size: int | None = None,
         chunk_size: int = 1024,
         exhausted_policy: str = "repeat",
         stop_after_passes: int | None = 1,
@@ -148,13 +186,17 @@ class StaticMixtureWorkSource:
         self.max_request_bytes = max_request_bytes
         self.weights = self._weights(mixture)
         self.tokens_per_byte = self._tokens_per_byte(tokens_per_byte)
+        if run_size is not None and run_size < 1:
+            raise ConfigError(f"run_size must be >= 1 or None, got {run_size}")
         self.block_sizes = [
-            block_size or max(chunk_size, 4 * math.ceil(m.num_samples / max(1, m.num_shards)))
+            block_size
+            or chunk_size * math.ceil(4 * m.num_samples / max(1, m.num_shards) / chunk_size)
             for m in self.manifests
         ]
+        self.run_sizes = [run_size or _default_run(m, chunk_size) for m in self.manifests]
         self.orders = [
-            DatasetOrder(m, shuffle, seed, b)
-            for m, b in zip(self.manifests, self.block_sizes, strict=True)
+            DatasetOrder(m, shuffle, seed, b, chunk_size, r)
+            for m, b, r in zip(self.manifests, self.block_sizes, self.run_sizes, strict=True)
         ]
         self._samples = SampleSchedule(self.weights) if mixture_unit == "samples" else None
         self._tokens = TokenSchedule(self.weights) if mixture_unit == "tokens" else None
@@ -199,6 +241,7 @@ class StaticMixtureWorkSource:
             "seed": self.seed,
             "shuffle": self.shuffle,
             "block_sizes": self.block_sizes,
+            "run_sizes": self.run_sizes,
             "chunk_size": self.chunk_size,
             "exhausted_policy": self.exhausted_policy,
             "stop_after_passes": self.stop_after_passes,

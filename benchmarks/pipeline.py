@@ -1,0 +1,199 @@
+"""Pipeline benchmarks, each measured side by side in one run.
+
+1. End to end from the local S3 server (moto, its own process): Zephon vs a hand-written
+   best-effort asyncio reader (aiobotocore, whole-shard GETs at the same concurrency, then
+   ``json.loads`` per line / ``pyarrow`` per shard), JSONL and Parquet, one pass.
+2. Trivial-op overhead on in-memory data: samples/s through decode -> map(identity) -> out.
+3. Peak RSS of a child process streaming a dataset larger than a 256 MiB fetch budget with
+   a slow consumer.
+
+    .venv/bin/python benchmarks/pipeline.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.testing import MotoServer, S3Endpoint
+
+WORDS = "the quick brown fox jumps over a lazy dog while streaming shards".split()  # noqa: SIM905
+
+
+def jsonl_shard(shard: int, n: int) -> bytes:
+    return b"".join(
+        json.dumps({"id": shard * n + i, "text": " ".join(WORDS[: 3 + (i % 9)] * 4)}).encode()
+        + b"\n"
+        for i in range(n)
+    )
+
+
+def parquet_shard(shard: int, n: int) -> bytes:
+    table = pa.table({"id": [shard * n + i for i in range(n)],
+                      "text": [" ".join(WORDS[: 3 + (i % 9)] * 4) for i in range(n)]})  # fmt: skip
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=4096)
+    return buf.getvalue()
+
+
+async def hand_written(endpoint: S3Endpoint, keys: list[str], fmt: str, concurrency: int) -> int:
+    """The best plain asyncio reader we could write for one pass of the same data."""
+    config = AioConfig(max_pool_connections=concurrency, s3={"addressing_style": "path"},
+                       retries={"total_max_attempts": 1, "mode": "standard"})  # fmt: skip
+    session = get_session()
+    async with session.create_client(
+        "s3", endpoint_url=endpoint.endpoint_url, aws_access_key_id=endpoint.key,
+        aws_secret_access_key=endpoint.secret, region_name=endpoint.region_name, config=config,
+    ) as client:  # fmt: skip
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(key: str) -> int:
+            async with sem:
+                resp = await client.get_object(Bucket="bench", Key=key)
+                async with resp["Body"] as body:
+                    data = await body.read()
+            if fmt == "jsonl":
+                return len([json.loads(line) for line in data.splitlines() if line.strip()])
+            return len(pq.read_table(pa.BufferReader(data)).to_pylist())
+
+        return sum(await asyncio.gather(*(one(k) for k in keys)))
+
+
+async def with_zephon(ds: Dataset, concurrency: int, shuffle: str = "block") -> int:
+    ws = StaticMixtureWorkSource([ds], shuffle=shuffle, stop_after_passes=1)
+    n = 0
+    async for _ in Pipeline(ws, rank=0, world_size=1, max_inflight_requests=concurrency):
+        n += 1
+    return n
+
+
+def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int) -> None:
+    with MotoServer() as endpoint:
+        endpoint.create_bucket("bench")
+        client = endpoint.client()
+        for i in range(shards):
+            client.put_object(
+                Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl", Body=jsonl_shard(i, per_shard)
+            )
+            client.put_object(
+                Bucket="bench", Key=f"pq/p{i:04d}.parquet", Body=parquet_shard(i, per_shard)
+            )
+        options = endpoint.storage_options()
+        total = shards * per_shard
+        print(f"# 1. end to end: {shards} shards x {per_shard} samples from moto, "
+              f"concurrency {concurrency}, median of {rounds} alternating rounds")  # fmt: skip
+        print(f"{'format / zephon shuffle':<24} {'zephon samples/s':>17} {'hand-written':>13} "
+              f"{'ratio':>7}")  # fmt: skip
+        for fmt, prefix, shuffle in (
+            ("jsonl", "jsonl/", "block"),
+            ("jsonl", "jsonl/", "none"),
+            ("parquet", "pq/", "block"),
+            ("parquet", "pq/", "none"),
+        ):
+            ds = Dataset.from_path(fmt, f"s3://bench/{prefix}", storage_options=options)
+            keys = [s.uri.split("/", 3)[3] for s in ds.shards]
+            z, h = [], []
+            for r in range(rounds):
+                order = [
+                    ("z", with_zephon(ds, concurrency)),
+                    ("h", hand_written(endpoint, keys, fmt, concurrency)),
+                ]
+                for who, coro in order if r % 2 == 0 else order[::-1]:
+                    t = time.perf_counter()
+                    n = asyncio.run(coro)
+                    assert n == total, (who, n, total)
+                    (z if who == "z" else h).append(total / (time.perf_counter() - t))
+            zm, hm = statistics.median(z), statistics.median(h)
+            print(f"{fmt + ' / ' + shuffle:<24} {zm:>17,.0f} {hm:>13,.0f} {zm / hm:>6.2f}x")
+
+
+def trivial_ops(n: int) -> None:
+    records = [{"id": i, "text": "x" * (i % 50)} for i in range(n)]
+    ds = Dataset.from_records("mem", records, samples_per_shard=10_000)
+    ws = StaticMixtureWorkSource([ds], shuffle="block")
+
+    async def run() -> float:
+        t = time.perf_counter()
+        count = 0
+        async for _ in Pipeline(ws, rank=0, world_size=1).map(lambda s: s):
+            count += 1
+        assert count == n
+        return n / (time.perf_counter() - t)
+
+    rates = [asyncio.run(run()) for _ in range(3)]
+    print(f"\n# 2. trivial-op overhead, in-memory JSONL, {n:,} samples, decode + map(identity)")
+    print(f"samples/s (median of 3): {statistics.median(rates):,.0f}")
+
+
+def memory_child(endpoint_url: str, budget_mb: int) -> None:
+    endpoint = S3Endpoint(endpoint_url)
+    ds = Dataset.from_path("big", "s3://bench/big/", storage_options=endpoint.storage_options())
+
+    async def run() -> int:
+        pipe = Pipeline(StaticMixtureWorkSource([ds], shuffle="block"), rank=0, world_size=1,
+                        fetch_budget_bytes=budget_mb << 20)  # fmt: skip
+        n = 0
+        async for _ in pipe:
+            n += 1
+            if n % 2000 == 0:
+                await asyncio.sleep(0.001)  # a slow consumer: the pipeline must wait, not grow
+        return n
+
+    n = asyncio.run(run())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    size = sum(s.size_bytes for s in ds.shards) / 2**20
+    print(json.dumps({"samples": n, "dataset_mb": size, "peak_rss_mb": rss}))
+
+
+def memory(budget_mb: int, shards: int, shard_mb: int) -> None:
+    with MotoServer() as endpoint:
+        endpoint.create_bucket("bench")
+        client = endpoint.client()
+        line = json.dumps({"text": "y" * 1000}).encode() + b"\n"
+        body = line * (shard_mb * 2**20 // len(line))
+        for i in range(shards):
+            client.put_object(Bucket="bench", Key=f"big/p{i:04d}.jsonl", Body=body)
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", endpoint.endpoint_url, str(budget_mb)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        result: dict[str, Any] = json.loads(out.stdout)
+    print(f"\n# 3. memory: {result['dataset_mb']:.0f} MiB dataset, fetch budget {budget_mb} MiB, "
+          "slow consumer")  # fmt: skip
+    print(
+        f"peak RSS {result['peak_rss_mb']:.0f} MiB (target < budget + 300 = {budget_mb + 300} MiB)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--per-shard", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--memory-child", nargs=2, default=None)
+    args = parser.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child[0], int(args.memory_child[1]))
+        return
+    end_to_end(args.shards, args.per_shard, args.rounds, args.concurrency)
+    trivial_ops(200_000)
+    memory(256, shards=24, shard_mb=32)
+
+
+if __name__ == "__main__":
+    main()
