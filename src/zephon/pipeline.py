@@ -20,7 +20,7 @@ from zephon.errors import ConfigError
 from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
-from zephon.ops.fetch import Fetched, UnitCache, read_request
+from zephon.ops.fetch import Fetched, UnitCache, group_requests, read_group
 from zephon.ops.merge import merge_lanes
 from zephon.ops.transform import apply_block, run_apply
 from zephon.plan import StaticMixtureWorkSource
@@ -375,21 +375,27 @@ class _Run:
         requests = pipe.source.requests(lane, pipe.lanes)
         unit_datasets = {i for i, m in enumerate(pipe.source.manifests) if not m.all_records}
 
-        async def read(request: RangeRequest) -> Fetched:
-            reserved = min(request.nbytes, budget.capacity)
-            await budget.acquire(reserved)
+        async def read(group: list[RangeRequest]) -> list[Fetched]:
+            reserved = [min(r.nbytes, budget.capacity) for r in group]
+            taken = 0
             try:
-                cache = self.unit_cache if request.dataset in unit_datasets else None
-                return await read_request(self.storages, request, reserved, cache)
+                for amount in reserved:
+                    await budget.acquire(amount)
+                    taken += amount
+                cache = self.unit_cache if group[0].dataset in unit_datasets else None
+                return await read_group(self.storages, group, reserved, cache)
             except BaseException:
-                budget.release(reserved)
+                budget.release(taken)
                 raise
 
-        fetched: Channel[Fetched] = Channel(pipe.max_inflight_requests)
+        groups = group_requests(
+            requests, pipe.source.coalesce_gap_bytes, pipe.source.max_request_bytes
+        )
+        fetched: Channel[list[Fetched]] = Channel(pipe.max_inflight_requests)
         fetch_stats = self._stats(f"fetch[{lane}]", str(pipe.max_inflight_requests))
         tg.create_task(
             stage(f"fetch[{lane}]", fetch_stats,
-                  ordered(tg, requests, read, fetched, pipe.max_inflight_requests, fetch_stats,
+                  ordered(tg, groups, read, fetched, pipe.max_inflight_requests, fetch_stats,
                           deterministic=pipe.deterministic))
         )  # fmt: skip
 
@@ -411,21 +417,23 @@ class _Run:
                 items, failed = await pool.run(f"decode[{lane}]", decode_job, job(f))
                 return f, items, failed
 
-            body = ordered(tg, fetched, decode_remote, decoded, pipe.decode_processes * 2,
-                           decode_stats, deterministic=pipe.deterministic)  # fmt: skip
+            body = ordered(tg, _flatten(fetched), decode_remote, decoded,
+                           pipe.decode_processes * 2, decode_stats,
+                           deterministic=pipe.deterministic)  # fmt: skip
         else:
 
             async def decode_local() -> None:
                 with closing(decoded):
                     while True:
                         try:
-                            f = await timed_receive(fetched, decode_stats)
+                            group = await timed_receive(fetched, decode_stats)
                         except StopAsyncIteration:
                             return
-                        decode_stats.items_in += 1
-                        items, failed = decode_job(job(f))
-                        decode_stats.items_out += 1
-                        await timed_send(decoded, (f, items, failed), decode_stats)
+                        for f in group:
+                            decode_stats.items_in += 1
+                            items, failed = decode_job(job(f))
+                            decode_stats.items_out += 1
+                            await timed_send(decoded, (f, items, failed), decode_stats)
 
             body = decode_local()
         tg.create_task(stage(f"decode[{lane}]", decode_stats, body))
@@ -561,6 +569,12 @@ class _Run:
                 for d, u, s, e in self.ledger.skipped
             ],
         }
+
+
+async def _flatten(source: Channel[list[Fetched]]) -> AsyncIterator[Fetched]:
+    async for group in source:
+        for fetched in group:
+            yield fetched
 
 
 async def _counted(source: Channel[Block], stats: StageStats) -> AsyncIterator[Block]:

@@ -156,13 +156,15 @@ class JsonlCodec:
     def _decode_run(
         blob: Blob, offsets: np.ndarray, samples: Sequence[int]
     ) -> list[dict[str, Any]] | None:
-        """Consecutive samples whose lines are exactly ``{...}\n`` (the common case), parsed
-        as one JSON array with the line checks done in numpy. ``None`` when not applicable."""
-        first, last = samples[0], samples[-1]
-        if last - first + 1 != len(samples) or any(
-            b - a != 1 for a, b in itertools.pairwise(samples)
-        ):
+        """A contiguous run of samples (in any order) whose lines are exactly ``{...}\n`` (the
+        common case), parsed as one JSON array with the line checks done in numpy. ``None``
+        when not applicable."""
+        first, last = min(samples), max(samples)
+        if last - first + 1 != len(samples):
             return None
+        ordered = all(b - a == 1 for a, b in itertools.pairwise(samples))
+        if not ordered and len(set(samples)) != len(samples):
+            return None  # not a permutation of a contiguous run
         start, stop = int(offsets[first]), int(offsets[last + 1])
         if not blob.covers(start, stop):
             return None
@@ -184,7 +186,9 @@ class JsonlCodec:
             return None
         if len(values) != len(samples) or not all(type(v) is dict for v in values):
             return None
-        return values  # type: ignore[no-any-return]
+        if ordered:
+            return values  # type: ignore[no-any-return]
+        return [values[i - first] for i in samples]
 
     def decode(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from zephon.formats.blob import Blob
 from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
 
-__all__ = ["Fetched", "UnitCache", "read_request"]
+__all__ = ["Fetched", "UnitCache", "group_requests", "read_group", "read_request"]
 
 Parts = list[tuple[int, bytes]]
 
@@ -102,3 +102,55 @@ async def read_request(
     key = (request.uri, request.version, request.ranges)
     parts = await cache.get(key, lambda: _fetch_parts(storages, request))
     return Fetched(request, Blob(parts), reserved)
+
+
+async def group_requests(
+    requests: AsyncIterator[RangeRequest], gap_bytes: int, max_bytes: int, max_group: int = 64
+) -> AsyncIterator[list[RangeRequest]]:
+    """Runs of consecutive single-range requests that read neighbouring bytes of one shard.
+
+    The planner coalesces within a chunk; consecutive chunks often continue where the last
+    one stopped (storage order, block runs), so one storage read can serve several chunks.
+    """
+    group: list[RangeRequest] = []
+    stop = 0
+    async for request in requests:
+        if len(request.ranges) == 1:
+            ((start, end),) = request.ranges
+            if (
+                group
+                and request.uri == group[0].uri
+                and request.version == group[0].version
+                and 0 <= start - stop <= gap_bytes
+                and end - group[0].ranges[0][0] <= max_bytes
+                and len(group) < max_group
+            ):
+                group.append(request)
+                stop = end
+                continue
+            if group:
+                yield group
+            group, stop = [request], end
+            continue
+        if group:
+            yield group
+            group = []
+        yield [request]
+    if group:
+        yield group
+
+
+async def read_group(
+    storages: Sequence[ManagedStorage],
+    group: list[RangeRequest],
+    reserved: list[int],
+    cache: UnitCache | None = None,
+) -> list[Fetched]:
+    """Fetch a group from :func:`group_requests`: one storage read for a merged run."""
+    if len(group) == 1:
+        return [await read_request(storages, group[0], reserved[0], cache)]
+    first, last = group[0], group[-1]
+    start, stop = first.ranges[0][0], last.ranges[0][1]
+    data = await storages[first.dataset].read(first.uri, start, stop, version=first.version)
+    blob = Blob([(start, data)])  # shared: every request slices what it needs, no copies
+    return [Fetched(r, blob, res) for r, res in zip(group, reserved, strict=True)]

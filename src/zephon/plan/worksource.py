@@ -66,13 +66,14 @@ class WorkChunk:
         return self._requests
 
 
-_RUN_TARGET_BYTES = 1 << 20
+_RUN_TARGET_BYTES = 4 << 20
 
 
-def _default_run(manifest: Manifest, chunk_size: int) -> int:
-    """Samples kept together by block shuffling (always a divisor of ``chunk_size``): for
-    Parquet, a row group (its read unit); for record formats, enough samples for a read of
-    about 1 MiB (small reads cost a request each), but at least a sixteenth of a chunk."""
+def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
+    """Samples kept together by block shuffling: for Parquet a row group (its read unit); for
+    record formats enough samples for reads of about 4 MiB (every read costs a request), but
+    at least a sixteenth of a chunk and at most a quarter of a block. The result divides
+    ``chunk_size`` or is a multiple of it, as :class:`DatasetOrder` needs."""
     rows = [
         int(np.median(np.diff(x.row_starts)))
         for x in manifest.layouts[:64]
@@ -83,8 +84,10 @@ def _default_run(manifest: Manifest, chunk_size: int) -> int:
     else:
         sample_bytes = _mean_sample_bytes(manifest)
         want = max(chunk_size // 16, math.ceil(_RUN_TARGET_BYTES / max(1.0, sample_bytes)))
-    fit = max(1, min(chunk_size, want))
-    return max(d for d in range(1, fit + 1) if chunk_size % d == 0)
+    want = max(1, min(want, block_size // 4 or 1))
+    if want >= chunk_size:
+        return chunk_size * (want // chunk_size)
+    return max(d for d in range(1, want + 1) if chunk_size % d == 0)
 
 
 def _mean_sample_bytes(manifest: Manifest) -> float:
@@ -113,9 +116,10 @@ class StaticMixtureWorkSource:
         shuffle: ``"none"``, ``"shards"``, ``"block"`` or ``"global"``.
         block_size: samples per shuffle block (``block``); ``None``: four mean shards, at
             least ``chunk_size``, rounded up to a multiple of it.
-        run_size: consecutive samples kept together by ``block`` shuffling (one read each);
-            ``None``: ``chunk_size // 16`` for record formats, the row-group size (at most
-            ``chunk_size``) for Parquet, whose read unit is a row group.
+        run_size: consecutive samples kept together by ``block`` shuffling (read together);
+            must divide ``chunk_size`` or be a multiple of it. ``None``: about 4 MiB of samples
+            for record formats (a sixteenth of a chunk at least, a quarter of a block at
+            most), a row group for Parquet, whose read unit is a row group.
         chunk_size: pointers per work chunk (also the lane split's unit).
         exhausted_policy: ``"repeat"`` (datasets loop until every one completed
             ``stop_after_passes`` passes) or ``"stop"`` (end when any dataset is exhausted).
@@ -186,14 +190,22 @@ class StaticMixtureWorkSource:
         self.max_request_bytes = max_request_bytes
         self.weights = self._weights(mixture)
         self.tokens_per_byte = self._tokens_per_byte(tokens_per_byte)
-        if run_size is not None and run_size < 1:
-            raise ConfigError(f"run_size must be >= 1 or None, got {run_size}")
+        if run_size is not None and (
+            run_size < 1 or (chunk_size % run_size and run_size % chunk_size)
+        ):
+            raise ConfigError(
+                f"run_size must divide chunk_size ({chunk_size}) or be a multiple of it, "
+                f"got {run_size}"
+            )
         self.block_sizes = [
             block_size
             or chunk_size * math.ceil(4 * m.num_samples / max(1, m.num_shards) / chunk_size)
             for m in self.manifests
         ]
-        self.run_sizes = [run_size or _default_run(m, chunk_size) for m in self.manifests]
+        self.run_sizes = [
+            run_size or _default_run(m, chunk_size, b)
+            for m, b in zip(self.manifests, self.block_sizes, strict=True)
+        ]
         self.orders = [
             DatasetOrder(m, shuffle, seed, b, chunk_size, r)
             for m, b, r in zip(self.manifests, self.block_sizes, self.run_sizes, strict=True)
