@@ -121,12 +121,13 @@ async def group_requests(
                 group
                 and request.uri == group[0].uri
                 and request.version == group[0].version
-                and 0 <= start - stop <= gap_bytes
+                and start >= group[0].ranges[0][0]
+                and start - stop <= gap_bytes
                 and end - group[0].ranges[0][0] <= max_bytes
                 and len(group) < max_group
             ):
                 group.append(request)
-                stop = end
+                stop = max(stop, end)
                 continue
             if group:
                 yield group
@@ -149,8 +150,8 @@ async def read_group(
     """Fetch a group from :func:`group_requests`: one storage read for a merged run."""
     if len(group) == 1:
         return [await read_request(storages, group[0], reserved[0], cache)]
-    first, last = group[0], group[-1]
-    start, stop = first.ranges[0][0], last.ranges[0][1]
+    first = group[0]
+    start, stop = first.ranges[0][0], max(r.ranges[0][1] for r in group)
     data = await storages[first.dataset].read(first.uri, start, stop, version=first.version)
     blob = Blob([(start, data)])  # shared: every request slices what it needs, no copies
     return [Fetched(r, blob, res) for r, res in zip(group, reserved, strict=True)]

@@ -79,8 +79,10 @@ def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
         for x in manifest.layouts[:64]
         if isinstance(x, RowGroupIndex) and len(x.row_starts) > 1
     ]
-    if rows:
-        want = int(np.median(rows))
+    if rows:  # whole row groups, as many as make about 4 MiB
+        group_rows = int(np.median(rows))
+        group_bytes = _mean_group_bytes(manifest)
+        want = group_rows * max(1, math.floor(_RUN_TARGET_BYTES / max(1.0, group_bytes)))
     else:
         sample_bytes = _mean_sample_bytes(manifest)
         want = max(chunk_size // 16, math.ceil(_RUN_TARGET_BYTES / max(1.0, sample_bytes)))
@@ -88,6 +90,15 @@ def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
     if want >= chunk_size:
         return chunk_size * (want // chunk_size)
     return max(d for d in range(1, want + 1) if chunk_size % d == 0)
+
+
+def _mean_group_bytes(manifest: Manifest) -> float:
+    sizes = [
+        float(x.group_nbytes.mean())
+        for x in manifest.layouts[:64]
+        if isinstance(x, RowGroupIndex) and len(x.group_nbytes)
+    ]
+    return float(np.mean(sizes)) if sizes else float(_RUN_TARGET_BYTES)
 
 
 def _mean_sample_bytes(manifest: Manifest) -> float:
