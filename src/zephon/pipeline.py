@@ -16,7 +16,7 @@ from zephon.engine.channel import Channel, closing
 from zephon.engine.pool import WorkerPool
 from zephon.engine.runner import first_error, ordered, stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
@@ -140,6 +140,10 @@ class Pipeline:
         self.prefetch_blocks = prefetch
         self.unit_cache_bytes = unit_cache_bytes
         self._ops: tuple[_Op, ...] = ()
+        self._resume: dict[int, dict[str, Any]] = {}
+        self._position: dict[int, tuple[Cursor, int]] = {}
+        self._items: dict[int, int] = {}
+        self._ended: frozenset[int] = frozenset()
         self._last: _Run | None = None
         self._runs: weakref.WeakSet[_Run] = weakref.WeakSet()
 
@@ -151,6 +155,7 @@ class Pipeline:
         new._ops = self._ops + ((op,) if op is not None else ())
         new._last = None
         new._runs = weakref.WeakSet()
+        new._resume, new._position, new._items, new._ended = {}, {}, {}, frozenset()
         for key, value in changes.items():
             setattr(new, key, value)
         return new
@@ -239,16 +244,115 @@ class Pipeline:
             return {}
         return run.stats()
 
+    # -- checkpoints ------------------------------------------------------------------
+
+    def _identity(self) -> dict[str, Any]:
+        return {
+            "source": self.source.describe(),
+            "lanes": self.lanes,
+            "ops": [op.label() for op in self._ops],
+            "on_error": self.on_error,
+        }
+
+    def checkpoint(self) -> dict[str, Any]:
+        """JSON state of what the consumer has received, for this rank's lanes.
+
+        Small (a cursor per lane) and free of pickles. Any rank's checkpoint, or
+        :meth:`merge_checkpoints` of several, restores on any world size with the same lanes.
+
+        Raises:
+            ConfigError: the pipeline has a custom ``apply`` operator, whose state Zephon
+                cannot see.
+        """
+        if any(op.kind == "apply" for op in self._ops):
+            raise ConfigError("checkpoint() does not support custom apply() operators yet")
+        lanes: dict[str, Any] = {}
+        for lane in self.my_lanes:
+            entry: dict[str, Any] = {"items": self._items.get(lane, 0),
+                                     "ended": lane in self._ended}  # fmt: skip
+            if lane in self._position:
+                cursor, delivered = self._position[lane]
+                entry["cursor"] = cursor.to_dict()
+                entry["delivered"] = delivered
+            elif lane in self._resume:
+                entry.update({k: v for k, v in self._resume[lane].items() if k != "items"})
+            lanes[str(lane)] = entry
+        return {"zephon_checkpoint": 1, **self._identity(), "lane_states": lanes}
+
+    @staticmethod
+    def merge_checkpoints(states: list[dict[str, Any]]) -> dict[str, Any]:
+        """One checkpoint from the checkpoints of several ranks (their lanes together)."""
+        if not states:
+            raise ConfigError("merge_checkpoints needs at least one checkpoint")
+        merged = dict(states[0])
+        merged["lane_states"] = {}
+        for state in states:
+            merged["lane_states"].update(state.get("lane_states", {}))
+        return merged
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue, on the next iteration, exactly after what ``state`` records as received.
+
+        Reads only this rank's lanes. Raises ``StateMismatch`` naming what differs when the
+        checkpoint belongs to another pipeline (datasets, seed, lanes, operators...).
+        """
+        if not isinstance(state, dict) or state.get("zephon_checkpoint") != 1:
+            raise StateMismatch("not a Zephon pipeline checkpoint")
+        ours = self._identity()
+        diffs = []
+        for key in ("lanes", "ops", "on_error"):
+            if state.get(key) != ours[key]:
+                diffs.append(
+                    f"{key}: checkpoint has {state.get(key)!r}, this pipeline has {ours[key]!r}"
+                )
+        if diffs:
+            raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
+        lanes = state.get("lane_states", {})
+        resume: dict[int, dict[str, Any]] = {}
+        items: dict[int, int] = {}
+        ended: set[int] = set()
+        for lane in self.my_lanes:
+            entry = lanes.get(str(lane))
+            if entry is None:
+                continue
+            items[lane] = int(entry.get("items", 0))
+            if entry.get("ended"):
+                ended.add(lane)
+            if "cursor" in entry:
+                lane_state = self.source.state(
+                    Cursor.from_dict(entry["cursor"]), int(entry["delivered"]), self.lanes
+                )
+                lane_state["describe"] = state["source"]  # checked against ours by the source
+                self.source.check_state(lane_state, self.lanes)
+                resume[lane] = {"cursor": entry["cursor"], "delivered": entry["delivered"],
+                                "state": lane_state}  # fmt: skip
+        self._resume, self._items, self._ended = resume, items, frozenset(ended)
+        self._position = {}
+
+    def _merge_start(self) -> tuple[int, list[int]]:
+        """Position of the lane whose turn it is, and positions of lanes known to have ended."""
+        mine = list(self.my_lanes)
+        ended = [i for i, lane in enumerate(mine) if lane in self._ended]
+        live = [i for i in range(len(mine)) if i not in ended]
+        if not live:
+            return 0, ended
+        fewest = min(self._items.get(mine[i], 0) for i in live)
+        first = next(i for i in live if self._items.get(mine[i], 0) == fewest)
+        return first, ended
+
     # -- running ----------------------------------------------------------------------
 
     def _pool_size(self) -> int:
         return max([self.decode_processes, *(op.processes for op in self._ops)])
 
-    async def _blocks(self, progress: bool) -> AsyncGenerator[list[Any], None]:
-        """Run the pipeline, yielding a block's items at a time."""
+    async def _blocks(self, progress: bool) -> AsyncGenerator[Block, None]:
+        """Run the pipeline, yielding a block at a time."""
         run = _Run(self)
         self._last = run
         self._runs.add(run)
+        self._position = {}
+        if not self._resume:  # a fresh start: positions count from zero
+            self._items, self._ended = {}, frozenset()
         bar = _ProgressBar(run) if progress else None
         await run.start()
         try:
@@ -262,7 +366,7 @@ class Pipeline:
                 run.delivered += len(block.items)
                 if bar is not None:
                     bar.advance(len(block.items))
-                yield block.items
+                yield block
         finally:
             if bar is not None:
                 bar.close()
@@ -270,9 +374,17 @@ class Pipeline:
 
     async def _aiter(self, progress: bool) -> AsyncIterator[Any]:
         async with contextlib.aclosing(self._blocks(progress)) as blocks:
-            async for items in blocks:
-                for item in items:
+            async for block in blocks:
+                for item, mark in zip(block.items, block.marks, strict=True):
+                    self._deliver(mark, block)
                     yield item
+
+    def _deliver(self, mark: tuple[Cursor, int], block: Block) -> None:
+        # Called as the consumer receives each item: the checkpoint is what it has received.
+        lane = mark[0].lane
+        self._position[lane] = mark
+        self._items[lane] = self._items.get(lane, 0) + 1
+        self._ended = block.extra.get("ended", self._ended)
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._aiter(progress=False)
@@ -355,9 +467,22 @@ class _Run:
         try:
             async with asyncio.TaskGroup() as tg:
                 outs = [self._lane(tg, lane, budget) for lane in pipe.my_lanes]
+                first, ended = pipe._merge_start()
                 stats = self._stats("merge")
                 tg.create_task(
-                    stage("merge", stats, merge_lanes(outs, self.output, stats, pipe.deterministic))
+                    stage(
+                        "merge",
+                        stats,
+                        merge_lanes(
+                            outs,
+                            self.output,
+                            stats,
+                            pipe.deterministic,
+                            first,
+                            ended,
+                            list(pipe.my_lanes),
+                        ),
+                    )
                 )
         except BaseExceptionGroup as group:
             self.output.close(first_error(group))
@@ -372,7 +497,10 @@ class _Run:
     def _lane(self, tg: asyncio.TaskGroup, lane: int, budget: CapacityGate) -> Channel[Block]:
         pipe = self.pipe
         datasets = pipe.source.datasets
-        requests = pipe.source.requests(lane, pipe.lanes)
+        resume = pipe._resume.get(lane)
+        requests = pipe.source.requests(
+            lane, pipe.lanes, resume=resume["state"] if resume is not None else None
+        )
         unit_datasets = {i for i, m in enumerate(pipe.source.manifests) if not m.all_records}
 
         async def read(group: list[RangeRequest]) -> list[Fetched]:
@@ -626,6 +754,7 @@ class _Bridge:
             target=self.loop.run_forever, name="zephon-loop", daemon=True
         )
         self.thread.start()
+        self.pipe = pipe
         self.agen = pipe._blocks(progress)
         self.closed = False
 
@@ -635,9 +764,11 @@ class _Bridge:
             block = future.result()
             if block is None:
                 return
-            yield from block
+            for item, mark in zip(block.items, block.marks, strict=True):
+                self.pipe._deliver(mark, block)
+                yield item
 
-    async def _next(self) -> list[Any] | None:
+    async def _next(self) -> Block | None:
         try:
             return await self.agen.__anext__()
         except StopAsyncIteration:

@@ -16,12 +16,24 @@ _FLUSH_ITEMS = 256
 
 
 async def merge_lanes(
-    lanes: Sequence[Channel[Block]], out: Channel[Block], stats: StageStats, deterministic: bool
+    lanes: Sequence[Channel[Block]],
+    out: Channel[Block],
+    stats: StageStats,
+    deterministic: bool,
+    first: int = 0,
+    ended: Sequence[int] = (),
+    names: Sequence[int] = (),
 ) -> None:
     """One item from each lane in turn (a lane that ended is skipped from then on). With
-    ``deterministic=False``, whichever lane has items ready goes first."""
+    ``deterministic=False``, whichever lane has items ready goes first.
+
+    ``first`` is the position (in ``lanes``) whose turn it is; lanes at positions in
+    ``ended`` are known to have ended (a restored run). Output blocks record, in
+    ``extra["ended"]``, the lane names (``names``) seen to end so far, for checkpoints.
+    """
     buffers: list[tuple[Block, int] | None] = [None] * len(lanes)
-    active = list(range(len(lanes)))
+    active = [i for i in range(len(lanes)) if i not in set(ended)]
+    finished = {names[i] for i in ended} if names else set()
     items: list[Any] = []
     refs: list[Any] = []
     marks: list[Any] = []
@@ -30,11 +42,13 @@ async def merge_lanes(
         nonlocal items, refs, marks
         if items:
             stats.items_out += len(items)
-            await timed_send(out, Block(-1, items, refs, marks), stats)
+            block = Block(-1, items, refs, marks)
+            block.extra["ended"] = frozenset(finished)
+            await timed_send(out, block, stats)
             items, refs, marks = [], [], []
 
     with closing(out):
-        turn = 0
+        turn = active.index(first) if first in active else 0
         while active:
             if not deterministic:
                 ready = [i for i in active if buffers[i] is not None or len(lanes[i])]
@@ -86,6 +100,8 @@ async def merge_lanes(
             if entry is None:
                 buffers[lane] = None
                 active.remove(lane)
+                if names:
+                    finished.add(names[lane])
                 continue
             block, i = entry
             items.append(block.items[i])
