@@ -18,10 +18,12 @@ from zephon.engine.runner import first_error, ordered, stage, timed_receive, tim
 from zephon.engine.stats import StageStats
 from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.batch import batch_blocks
-from zephon.ops.block import Block
+from zephon.ops.block import Block, Mark
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
 from zephon.ops.fetch import Fetched, UnitCache, group_requests, read_group
 from zephon.ops.merge import merge_lanes
+from zephon.ops.pack import pack_blocks
+from zephon.ops.shuffle import shuffle_blocks
 from zephon.ops.transform import apply_block, run_apply
 from zephon.plan import StaticMixtureWorkSource
 from zephon.refs import Cursor, RangeRequest
@@ -31,6 +33,7 @@ from zephon.storage.gate import CapacityGate
 __all__ = ["Pipeline"]
 
 _LANE_CHANNEL = 4  # blocks buffered between two stages of a lane
+_STATEFUL = ("shuffle", "pack")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,18 @@ class _Op:
         name = getattr(self.fn, "__name__", type(self.fn).__name__) if self.fn is not None else ""
         if self.kind == "batch":
             return f"batch({self.size}, drop_last={self.drop_last})"
+        if self.kind == "shuffle":
+            return f"shuffle(buffer_size={self.size}, seed={self.fn})"
+        if self.kind == "pack":
+            seq_len, algorithm, pad_id, field, window = self.fn
+            return (
+                f"pack({seq_len}, {algorithm}, pad_id={pad_id}, field={field!r}, window={window})"
+            )
+        if self.kind == "tokenize":
+            t = self.fn
+            where = f"{self.processes} processes" if self.processes else "in process"
+            return (f"tokenize({t.kind}, field={t.field!r}, max_length={t.max_length}, "
+                    f"bos={t.bos}, eos={t.eos}; {where})")  # fmt: skip
         where = f"{self.processes} processes" if self.processes else "in process"
         return f"{self.kind}({name}; {where})"
 
@@ -141,7 +156,7 @@ class Pipeline:
         self.unit_cache_bytes = unit_cache_bytes
         self._ops: tuple[_Op, ...] = ()
         self._resume: dict[int, dict[str, Any]] = {}
-        self._position: dict[int, tuple[Cursor, int]] = {}
+        self._position: dict[int, Mark] = {}
         self._items: dict[int, int] = {}
         self._ended: frozenset[int] = frozenset()
         self._last: _Run | None = None
@@ -192,6 +207,55 @@ class Pipeline:
             raise ConfigError(f"batch size must be >= 1, got {size}")
         self._check_after_batch("batch")
         return self._with(_Op("batch", size=size, drop_last=drop_last))
+
+    def shuffle(self, buffer_size: int = 8192, seed: int | None = None) -> Pipeline:
+        """Permute each lane's items within consecutive windows of ``buffer_size``; keyed by
+        (seed, lane, window start), so it is deterministic and resumes exactly without
+        saving buffered items. ``seed`` defaults to the work source's seed."""
+        if buffer_size < 1:
+            raise ConfigError(f"buffer_size must be >= 1, got {buffer_size}")
+        self._check_after_batch("shuffle")
+        chosen = self.source.seed if seed is None else seed
+        return self._with(_Op("shuffle", chosen, size=buffer_size))
+
+    def tokenize(
+        self,
+        tokenizer: Any,
+        field: str = "text",
+        max_length: int | None = None,
+        bos: bool | int = True,
+        eos: bool | int = True,
+        processes: int = 0,
+    ) -> Pipeline:
+        """Add ``input_ids`` (int32) from ``sample[field]``, batch-encoding each block; see
+        :class:`~zephon.ops.tokenize.Tokenize` for the accepted tokenizers."""
+        from zephon.ops.tokenize import Tokenize
+
+        self._check_after_batch("tokenize")
+        return self._with(_Op("tokenize", Tokenize(tokenizer, field, max_length, bos, eos),
+                              processes))  # fmt: skip
+
+    def pack(
+        self,
+        seq_len: int,
+        algorithm: str = "concat",
+        pad_id: int = 0,
+        field: str = "input_ids",
+        window: int = 1024,
+    ) -> Pipeline:
+        """Rows of exactly ``seq_len`` tokens with ``input_ids``, ``positions`` and
+        ``segment_ids``; ``algorithm`` is ``concat`` (no token lost), ``first_fit`` or
+        ``best_fit`` (over windows of ``window`` documents, padded with ``pad_id``)."""
+        from zephon.ops.pack import PACK_ALGORITHMS
+
+        if seq_len < 1:
+            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
+        if algorithm not in PACK_ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {PACK_ALGORITHMS}, got {algorithm!r}")
+        if window < 1:
+            raise ConfigError(f"window must be >= 1, got {window}")
+        self._check_after_batch("pack")
+        return self._with(_Op("pack", (seq_len, algorithm, pad_id, field, window)))
 
     def prefetch(self, blocks: int) -> Pipeline:
         """Keep up to ``blocks`` blocks of output ready ahead of the consumer."""
@@ -271,9 +335,10 @@ class Pipeline:
             entry: dict[str, Any] = {"items": self._items.get(lane, 0),
                                      "ended": lane in self._ended}  # fmt: skip
             if lane in self._position:
-                cursor, delivered = self._position[lane]
-                entry["cursor"] = cursor.to_dict()
+                _, cursor, delivered, ops = self._position[lane]
+                entry["cursor"] = cursor.to_dict() if cursor is not None else None
                 entry["delivered"] = delivered
+                entry["ops"] = list(ops)
             elif lane in self._resume:
                 entry.update({k: v for k, v in self._resume[lane].items() if k != "items"})
             lanes[str(lane)] = entry
@@ -318,14 +383,21 @@ class Pipeline:
             items[lane] = int(entry.get("items", 0))
             if entry.get("ended"):
                 ended.add(lane)
-            if "cursor" in entry:
-                lane_state = self.source.state(
-                    Cursor.from_dict(entry["cursor"]), int(entry["delivered"]), self.lanes
-                )
-                lane_state["describe"] = state["source"]  # checked against ours by the source
-                self.source.check_state(lane_state, self.lanes)
-                resume[lane] = {"cursor": entry["cursor"], "delivered": entry["delivered"],
-                                "state": lane_state}  # fmt: skip
+            if "delivered" in entry:
+                cursor = Cursor.from_dict(entry["cursor"]) if entry.get("cursor") else None
+                lane_state = None
+                if cursor is not None:
+                    lane_state = self.source.state(cursor, int(entry["delivered"]), self.lanes)
+                    lane_state["describe"] = state["source"]  # checked by the source
+                    self.source.check_state(lane_state, self.lanes)
+                elif state["source"] != self.source.describe():
+                    raise StateMismatch("checkpoint was taken from a different work source")
+                ops = tuple(int(x) for x in entry.get("ops", ()))
+                if len(ops) != sum(op.kind in _STATEFUL for op in self._ops):
+                    raise StateMismatch("checkpoint's operator states do not match the chain")
+                resume[lane] = {"cursor": entry.get("cursor"), "delivered": entry["delivered"],
+                                "ops": list(ops), "state": lane_state,
+                                "mark": (lane, cursor, int(entry["delivered"]), ops)}  # fmt: skip
         self._resume, self._items, self._ended = resume, items, frozenset(ended)
         self._position = {}
 
@@ -379,9 +451,9 @@ class Pipeline:
                     self._deliver(mark, block)
                     yield item
 
-    def _deliver(self, mark: tuple[Cursor, int], block: Block) -> None:
+    def _deliver(self, mark: Mark, block: Block) -> None:
         # Called as the consumer receives each item: the checkpoint is what it has received.
-        lane = mark[0].lane
+        lane = mark[0]
         self._position[lane] = mark
         self._items[lane] = self._items.get(lane, 0) + 1
         self._ended = block.extra.get("ended", self._ended)
@@ -501,6 +573,7 @@ class _Run:
         requests = pipe.source.requests(
             lane, pipe.lanes, resume=resume["state"] if resume is not None else None
         )
+        resume_mark: Mark | None = resume["mark"] if resume is not None else None
         unit_datasets = {i for i, m in enumerate(pipe.source.manifests) if not m.all_records}
 
         async def read(group: list[RangeRequest]) -> list[Fetched]:
@@ -571,11 +644,21 @@ class _Run:
         assemble = self._assemble(lane, decoded, chunks, budget, assemble_stats)
         tg.create_task(stage(f"assemble[{lane}]", assemble_stats, assemble))
         current = chunks
+        depth = 0
         for i, op in enumerate(pipe._ops):
             nxt: Channel[Block] = Channel(_LANE_CHANNEL)
             name = f"{op.kind}#{i}[{lane}]"
             st = self._stats(name, str(op.processes or 1))
-            tg.create_task(stage(name, st, self._op(tg, op, lane, current, nxt, st, name)))
+            op_resume = None
+            if op.kind in _STATEFUL:
+                if resume_mark is not None:
+                    lane_, cursor, delivered, ops = resume_mark
+                    op_resume = ((lane_, cursor, delivered, ops[:depth]), ops[depth])
+                body = self._stateful(op, lane, current, nxt, st, depth, op_resume)
+                depth += 1
+            else:
+                body = self._op(tg, op, lane, current, nxt, st, name)
+            tg.create_task(stage(name, st, body))
             current = nxt
         return current
 
@@ -592,7 +675,7 @@ class _Run:
 
         def emit(cursor: Cursor, items: list[Any], refs: list[Any], slots: list[int]) -> None:
             keep = [not is_failed(x) for x in items]
-            marks = [(cursor, s + 1) for s in slots]
+            marks: list[Mark] = [(lane, cursor, s + 1, ()) for s in slots]
             if not all(keep):
                 items = [x for x, k in zip(items, keep, strict=True) if k]
                 marks_kept = [m for m, k in zip(marks, keep, strict=True) if k]
@@ -641,7 +724,7 @@ class _Run:
         stats: StageStats,
         name: str,
     ) -> None:
-        if op.kind in ("map", "filter") and op.processes:
+        if op.kind in ("map", "filter", "tokenize") and op.processes:
             pool = self.pool
 
             async def one(block: Block) -> Block:
@@ -651,7 +734,7 @@ class _Run:
                           deterministic=self.pipe.deterministic)  # fmt: skip
             return
         with closing(out):
-            if op.kind in ("map", "filter"):
+            if op.kind in ("map", "filter", "tokenize"):
                 async for block in _counted(source, stats):
                     result = await apply_block(op.kind, op.fn, block, None, name)
                     stats.items_out += len(result.items)
@@ -664,6 +747,29 @@ class _Run:
                 async for block in stream:
                     stats.items_out += len(block.items)
                     await timed_send(out, block, stats)
+
+    async def _stateful(
+        self,
+        op: _Op,
+        lane: int,
+        source: Channel[Block],
+        out: Channel[Block],
+        stats: StageStats,
+        depth: int,
+        resume: tuple[Mark, int] | None,
+    ) -> None:
+        with closing(out):
+            if op.kind == "shuffle":
+                stream = shuffle_blocks(
+                    _counted(source, stats), op.size, op.fn, lane, depth, resume
+                )
+            else:
+                seq_len, algorithm, pad_id, field, window = op.fn
+                stream = pack_blocks(_counted(source, stats), seq_len, algorithm, pad_id, field,
+                                     lane, depth, resume, window)  # fmt: skip
+            async for block in stream:
+                stats.items_out += len(block.items)
+                await timed_send(out, block, stats)
 
     def stats(self) -> dict[str, Any]:
         elapsed = time.perf_counter() - self.started if self.started else 0.0

@@ -31,13 +31,24 @@ def datasets() -> list[Dataset]:
 
 
 def key(item: Any) -> Any:
+    if isinstance(item, dict) and "input_ids" in item and "segment_ids" in item:
+        return tuple(np.asarray(item["input_ids"]).ravel().tolist())
     if isinstance(item, dict) and isinstance(item.get("id"), np.ndarray):
         return tuple(item["id"].tolist())
     return item["id"]
 
 
+def tokens(p: Pipeline) -> Pipeline:
+    return p.tokenize("bytes", field="text")
+
+
 CHAINS = {
     "plain": lambda p: p,
+    "shuffle": lambda p: p.shuffle(37),
+    "filter-shuffle-batch": lambda p: p.filter(fns.keep_even).shuffle(50).batch(6),
+    "pack-concat": lambda p: tokens(p).pack(16, "concat").batch(3),
+    "shuffle-pack-fit": lambda p: tokens(p).shuffle(40).pack(12, "best_fit", window=9),
+    "pack-first-fit": lambda p: tokens(p).pack(10, "first_fit", window=7),
     "map-filter": lambda p: p.map(fns.double).filter(fns.keep_even),
     "batch": lambda p: p.map(fns.drop_multiples_of_5).batch(7),
     "batch-drop-last": lambda p: p.filter(fns.keep_even).batch(16, drop_last=True),

@@ -10,7 +10,9 @@ from zephon.refs import Cursor
 __all__ = ["Block", "Mark", "SampleRef"]
 
 SampleRef = tuple[int, int, int]  # (dataset, shard, sample): where an item came from
-Mark = tuple[Cursor, int]  # a lane position: chunk cursor and pointers of it delivered
+# A lane position: (lane, chunk cursor or None at the lane's start, pointers of that chunk
+# delivered, states of the stateful ops (shuffle, pack) in order: what they must skip).
+Mark = tuple[int, Cursor | None, int, tuple[int, ...]]
 
 
 @dataclass(slots=True)

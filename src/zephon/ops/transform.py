@@ -42,10 +42,24 @@ def filter_batch(pred: Callable[[Any], Any], items: list[Any], refs: list[Any]) 
     return out
 
 
+def tokenize_batch(tok: Any, items: list[Any], refs: list[Any]) -> list[Any]:
+    try:
+        return list(tok.batch(items))
+    except Exception as exc:
+        exc.add_note(f"zephon: tokenize failed in a block starting at {_describe(refs[0])}")
+        raise
+
+
 async def apply_block(
     kind: str, fn: Callable[[Any], Any], block: Block, pool: Any, stage_name: str
 ) -> Block:
     """One block through a map or filter, in process, awaited, or in the worker pool."""
+    if kind == "tokenize":
+        if pool is not None:
+            results = await pool.run(stage_name, tokenize_batch, fn, block.items, block.refs)
+        else:
+            results = tokenize_batch(fn, block.items, block.refs)
+        return block.replace(results, block.refs, block.marks)
     if pool is not None:
         worker = map_batch if kind == "map" else filter_batch
         results = await pool.run(stage_name, worker, fn, block.items, block.refs)

@@ -1,0 +1,107 @@
+"""tokenize, shuffle and pack: what they produce, checked against the definitions."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from zephon import Dataset
+from zephon.errors import ConfigError
+from zephon.pipeline import Pipeline
+from zephon.plan import StaticMixtureWorkSource
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [("lorem ipsum dolor sit amet " * (1 + i % 13)).strip() + f" #{i}" for i in range(600)]
+
+
+@pytest.fixture(scope="module")
+def docs() -> Dataset:
+    return Dataset.from_records("docs", [{"id": i, "text": t} for i, t in enumerate(TEXTS)],
+                                samples_per_shard=64)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small BPE trained offline with the tokenizers library (no hub downloads)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=["[UNK]", "<s>", "</s>"])
+    tok.train_from_iterator(TEXTS, trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def pipe(ds: Dataset, **kw: Any) -> Pipeline:
+    ws = StaticMixtureWorkSource([ds], seed=1, shuffle="none", chunk_size=100, **kw)
+    return Pipeline(ws, rank=0, world_size=1, lanes=1)
+
+
+def test_tokenize_matches_encode_batch_for_every_tokenizer_kind(docs: Dataset, bpe: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(bpe))
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    expected = [[bos, *e.ids, eos] for e in tok.encode_batch(TEXTS, add_special_tokens=False)]
+    for given in (tok, str(bpe)):
+        out = list(pipe(docs).tokenize(given))
+        assert [s["input_ids"].tolist() for s in out] == expected
+    in_pool = list(pipe(docs).tokenize(tok, processes=2))
+    assert [s["input_ids"].tolist() for s in in_pool] == expected
+    raw = list(pipe(docs).tokenize("bytes", bos=False, eos=False, max_length=5))
+    assert [s["input_ids"].tolist() for s in raw] == [list(t.encode())[:5] for t in TEXTS]
+    with pytest.raises(ConfigError, match="unsupported tokenizer"):
+        pipe(docs).tokenize(object())
+
+
+def test_concat_packing_loses_no_tokens(docs: Dataset) -> None:
+    seq = 64
+    ids = [s["input_ids"].tolist() for s in pipe(docs).tokenize("bytes")]
+    rows = list(pipe(docs).tokenize("bytes").pack(seq, "concat"))
+    assert all(len(r["input_ids"]) == seq for r in rows)
+    flat = [t for r in rows for t, g in zip(r["input_ids"].tolist(), r["segment_ids"].tolist(),
+                                            strict=True) if g]  # fmt: skip
+    assert flat == [t for doc in ids for t in doc]  # every token, in order
+    for r in rows:  # positions restart at each document and count up within it
+        seg, pos = r["segment_ids"], r["positions"]
+        for g in set(seg.tolist()) - {0}:
+            p = pos[seg == g]
+            assert (np.diff(p) == 1).all()
+
+
+@pytest.mark.parametrize("algorithm", ["first_fit", "best_fit"])
+def test_fit_packing_never_splits_short_documents(docs: Dataset, algorithm: str) -> None:
+    seq = 96
+    ids = [tuple(s["input_ids"].tolist()) for s in pipe(docs).tokenize("bytes")]
+    rows = list(pipe(docs).tokenize("bytes").pack(seq, algorithm, pad_id=-1, window=50))
+    pieces = []
+    for r in rows:
+        assert len(r["input_ids"]) == seq
+        seg = r["segment_ids"]
+        assert (r["input_ids"][seg == 0] == -1).all()  # padding is pad_id
+        for g in sorted(set(seg.tolist()) - {0}):
+            pieces.append(tuple(r["input_ids"][seg == g].tolist()))
+    short = Counter(d for d in ids if len(d) <= seq)
+    assert all(short[d] <= Counter(pieces)[d] for d in short)  # each short doc whole
+    assert sum(map(len, pieces)) == sum(map(len, ids))  # and nothing lost
+    if algorithm == "best_fit":
+        first = list(pipe(docs).tokenize("bytes").pack(seq, "first_fit", window=50))
+        assert len(rows) <= len(first) + 1
+
+
+def test_shuffle_is_a_deterministic_permutation(docs: Dataset) -> None:
+    plain = [s["id"] for s in pipe(docs)]
+    a = [s["id"] for s in pipe(docs).shuffle(128)]
+    b = [s["id"] for s in pipe(docs).shuffle(128)]
+    c = [s["id"] for s in pipe(docs).shuffle(128, seed=99)]
+    assert a == b and a != plain and a != c
+    assert sorted(a) == sorted(plain)
+    for w in range(0, 600, 128):  # a window permutes exactly its own items
+        assert sorted(a[w : w + 128]) == sorted(plain[w : w + 128])
