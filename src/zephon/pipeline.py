@@ -159,6 +159,7 @@ class Pipeline:
         self._position: dict[int, Mark] = {}
         self._items: dict[int, int] = {}
         self._ended: frozenset[int] = frozenset()
+        self._torch: bool | None = None  # None: numpy out; else tensors, pinned if True
         self._last: _Run | None = None
         self._runs: weakref.WeakSet[_Run] = weakref.WeakSet()
 
@@ -256,6 +257,25 @@ class Pipeline:
             raise ConfigError(f"window must be >= 1, got {window}")
         self._check_after_batch("pack")
         return self._with(_Op("pack", (seq_len, algorithm, pad_id, field, window)))
+
+    def to_torch(self, pin_memory: bool = False) -> Pipeline:
+        """Deliver numpy arrays as torch tensors (the ``torch`` extra); after ``batch`` too."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ConfigError("to_torch() needs torch: pip install 'zephon[torch]'") from None
+        return self._with(_torch=pin_memory)
+
+    def to_torch_dataset(self, pin_memory: bool = False) -> Any:
+        """This pipeline as a torch ``IterableDataset`` with ``state_dict``/``load_state_dict``
+        (for ``DataLoader(batch_size=None)`` and torchdata's ``StatefulDataLoader``)."""
+        try:
+            from zephon.torch import ZephonIterableDataset
+        except ImportError:
+            raise ConfigError(
+                "to_torch_dataset() needs torch: pip install 'zephon[torch]'"
+            ) from None
+        return ZephonIterableDataset(self, pin_memory)
 
     def prefetch(self, blocks: int) -> Pipeline:
         """Keep up to ``blocks`` blocks of output ready ahead of the consumer."""
@@ -449,7 +469,14 @@ class Pipeline:
             async for block in blocks:
                 for item, mark in zip(block.items, block.marks, strict=True):
                     self._deliver(mark, block)
-                    yield item
+                    yield self._out(item)
+
+    def _out(self, item: Any) -> Any:
+        if self._torch is None:
+            return item
+        from zephon.torch import to_tensors
+
+        return to_tensors(item, self._torch)
 
     def _deliver(self, mark: Mark, block: Block) -> None:
         # Called as the consumer receives each item: the checkpoint is what it has received.
@@ -872,7 +899,7 @@ class _Bridge:
                 return
             for item, mark in zip(block.items, block.marks, strict=True):
                 self.pipe._deliver(mark, block)
-                yield item
+                yield self.pipe._out(item)
 
     async def _next(self) -> Block | None:
         try:
