@@ -168,3 +168,46 @@ def test_restoring_into_a_different_pipeline_says_what_differs(datasets: list[Da
         ).restore(state)
     with pytest.raises(StateMismatch):
         pipe.restore({"something": "else"})
+
+
+def _rank_phase(args: tuple[str, int, int, int, str | None, int | None]) -> tuple[list[Any], Any]:
+    """One rank of one phase, in its own process: restore, run ``steps`` steps, checkpoint."""
+    root, lanes, rank, world, state, steps = args
+    ds = Dataset.from_path("web", root)
+    ws = StaticMixtureWorkSource([ds], seed=5, shuffle="block", chunk_size=32)
+    pipe = Pipeline(ws, rank=rank, world_size=world, lanes=lanes).shuffle(20).batch(5)
+    if state is not None:
+        pipe.restore(json.loads(state))
+    got: list[Any] = []
+    it = iter(pipe)
+    for item in it:
+        got.append(key(item))
+        if steps is not None and len(got) == steps * (lanes // world):
+            break
+    it.close()
+    return got, pipe.checkpoint()
+
+
+def test_elastic_restore_in_separate_processes(tmp_path: Any) -> None:
+    import multiprocessing
+
+    from tests.formatdata import write_jsonl
+
+    write_jsonl(tmp_path / "web", shards=4, per_shard=80)
+    root, lanes = str(tmp_path / "web"), 4
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        per_lane = [pool.apply(_rank_phase, ((root, lanes, r, lanes, None, None),))[0]
+                    for r in range(lanes)]  # fmt: skip
+        full_steps = min(map(len, per_lane))
+        reference = [sorted(out[s] for out in per_lane) for s in range(full_steps)]
+        history: list[list[Any]] = []
+        state: str | None = None
+        for world, steps in [(1, 2), (2, 3), (4, 2), (2, None)]:
+            results = pool.map(
+                _rank_phase, [(root, lanes, r, world, state, steps) for r in range(world)]
+            )
+            history.extend(_steps([out for out, _ in results], lanes))
+            state = json.dumps(Pipeline.merge_checkpoints([cp for _, cp in results]))
+    assert history[:full_steps] == reference
+    assert sorted(b for step in history for b in step) == sorted(b for o in per_lane for b in o)
