@@ -20,7 +20,7 @@ from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block, Mark
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
-from zephon.ops.fetch import Fetched, UnitCache, group_requests, read_group
+from zephon.ops.fetch import Fetched, RangeCache, group_requests, read_group
 from zephon.ops.merge import merge_lanes
 from zephon.ops.pack import pack_blocks
 from zephon.ops.shuffle import shuffle_blocks
@@ -92,8 +92,8 @@ class Pipeline:
         limits, retry: storage client bounds and retry policy.
         decode_processes: decode in a worker pool of this size (``0``: in process).
         prefetch: blocks of output kept ready for the consumer.
-        unit_cache_bytes: recent unit reads (Parquet row groups, compressed shards) kept so
-            that consecutive chunks needing the same unit fetch it once; ``0`` disables.
+        range_cache_bytes: recently fetched ranges kept so that neighbouring chunks fetch
+            shared bytes once (see :class:`~zephon.ops.fetch.RangeCache`); ``0`` disables.
 
     Raises:
         ConfigError: invalid arguments.
@@ -115,7 +115,7 @@ class Pipeline:
         retry: RetryPolicy | None = None,
         decode_processes: int = 0,
         prefetch: int = 4,
-        unit_cache_bytes: int = 64 << 20,
+        range_cache_bytes: int = 64 << 20,
     ) -> None:
         if rank is None or world_size is None:
             env_rank, env_world = _default_rank()
@@ -153,7 +153,7 @@ class Pipeline:
         self.retry = retry
         self.decode_processes = decode_processes
         self.prefetch_blocks = prefetch
-        self.unit_cache_bytes = unit_cache_bytes
+        self.range_cache_bytes = range_cache_bytes
         self._ops: tuple[_Op, ...] = ()
         self._resume: dict[int, dict[str, Any]] = {}
         self._position: dict[int, Mark] = {}
@@ -528,7 +528,7 @@ class _Run:
         self.storages: list[ManagedStorage] = []
         self.ledger = SkipLedger(pipe.max_skipped)
         self.pool: WorkerPool | None = None
-        self.unit_cache: UnitCache | None = None
+        self.range_cache: RangeCache | None = None
         self.stall_s = 0.0
         self.delivered = 0
         self.started = 0.0
@@ -562,7 +562,7 @@ class _Run:
         size = pipe._pool_size()
         self.pool = WorkerPool(size) if size else None
         budget = CapacityGate(pipe.fetch_budget_bytes)
-        self.unit_cache = UnitCache(pipe.unit_cache_bytes) if pipe.unit_cache_bytes else None
+        self.range_cache = RangeCache(pipe.range_cache_bytes) if pipe.range_cache_bytes else None
         try:
             async with asyncio.TaskGroup() as tg:
                 outs = [self._lane(tg, lane, budget) for lane in pipe.my_lanes]
@@ -601,7 +601,6 @@ class _Run:
             lane, pipe.lanes, resume=resume["state"] if resume is not None else None
         )
         resume_mark: Mark | None = resume["mark"] if resume is not None else None
-        unit_datasets = {i for i, m in enumerate(pipe.source.manifests) if not m.all_records}
 
         async def read(group: list[RangeRequest]) -> list[Fetched]:
             reserved = [min(r.nbytes, budget.capacity) for r in group]
@@ -610,8 +609,7 @@ class _Run:
                 for amount in reserved:
                     await budget.acquire(amount)
                     taken += amount
-                cache = self.unit_cache if group[0].dataset in unit_datasets else None
-                return await read_group(self.storages, group, reserved, cache)
+                return await read_group(self.storages, group, reserved, self.range_cache)
             except BaseException:
                 budget.release(taken)
                 raise
@@ -812,7 +810,9 @@ class _Run:
             fetch["truncated"] += s.truncated
             fetch["inflight_bytes"] += storage.inflight_bytes
             latencies.extend(s._latencies_s)
-        fetch["unit_cache_hits"] = self.unit_cache.hits if self.unit_cache is not None else 0
+        cache = self.range_cache
+        fetch["cache_hits"] = cache.hits if cache is not None else 0
+        fetch["cache_saved_bytes"] = cache.saved_bytes if cache is not None else 0
         latencies.sort()
         for q in (50, 99):
             fetch[f"p{q}_latency_s"] = (

@@ -1,11 +1,13 @@
-"""Reads of neighbouring bytes merge across chunks; unit reads are fetched once."""
+"""Reads of neighbouring bytes merge across chunks; shared bytes are fetched once."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from zephon.ops.fetch import UnitCache, group_requests
+from zephon.ops.fetch import RangeCache, group_requests
 from zephon.refs import Cursor, RangeRequest
+from zephon.storage import ManagedStorage, MemoryStore
+from zephon.storage.memory import MemoryBackend
 
 CURSOR = Cursor(0, 0, 0, (0,))
 
@@ -44,16 +46,20 @@ async def test_reads_going_backwards_do_not_merge() -> None:
     assert await groups(req("a", 500, 600), req("a", 0, 100)) == [[500], [0]]
 
 
-async def test_unit_cache_fetches_once_and_bounds_its_size() -> None:
-    cache = UnitCache(capacity_bytes=10)
-    calls = []
-
-    async def fetch_for(key: str) -> list[tuple[int, bytes]]:
-        calls.append(key)
-        return [(0, key.encode() * 3)]
-
-    for key in ["ab", "ab", "cd", "ab", "ef", "cd"]:
-        assert await cache.get(key, lambda k=key: fetch_for(k)) == [(0, key.encode() * 3)]
-    # each entry is 6 bytes, so 10 bytes hold one: only the immediate repeat is a hit
-    assert calls == ["ab", "cd", "ab", "ef", "cd"]
-    assert cache.hits == 1
+async def test_range_cache_fetches_shared_bytes_once_and_stays_bounded() -> None:
+    store = MemoryStore()
+    data = bytes(range(256)) * 40
+    v = store.put("memory://b/k", data).version
+    w = store.put("memory://b/other", data).version
+    storage = ManagedStorage(MemoryBackend(store))
+    cache = RangeCache(capacity_bytes=4000)
+    read = cache.read
+    assert await read(storage, "memory://b/k", v, 100, 2000) == data[100:2000]
+    assert await read(storage, "memory://b/k", v, 500, 1500) == data[500:1500]  # inside
+    assert await read(storage, "memory://b/k", v, 1800, 2600) == data[1800:2600]  # overlaps
+    assert storage.stats.bytes_read == 1900 + 600  # only the new 600 bytes were fetched
+    assert cache.hits == 1 and cache.saved_bytes == 1000 + 200
+    assert await read(storage, "memory://b/other", w, 500, 600) == data[500:600]  # other object
+    assert storage.stats.bytes_read == 2600
+    await read(storage, "memory://b/k", v, 5000, 8500)  # 3500 bytes: evicts older ranges
+    assert cache._bytes <= 4000

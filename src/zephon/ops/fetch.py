@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from zephon.formats.blob import Blob
 from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
 
-__all__ = ["Fetched", "UnitCache", "group_requests", "read_group", "read_request"]
+__all__ = ["Fetched", "RangeCache", "group_requests", "read_group", "read_request"]
 
 Parts = list[tuple[int, bytes]]
 
@@ -30,63 +29,104 @@ class Fetched:
     reserved: int
 
 
-class UnitCache:
-    """Recently fetched *unit* reads (a Parquet row group's column chunks, a compressed
-    shard), kept so that consecutive chunks needing the same unit fetch it once.
+class RangeCache:
+    """Recently fetched byte ranges, so that neighbouring chunks fetch shared bytes once.
 
-    Record reads are never cached: the planner already makes them dense. Concurrent misses
-    for the same unit share one fetch.
+    Consecutive chunks of a lane often need overlapping ranges: chunks of a mixture cut a
+    shuffle window at different places (each coalesced read spans most of the window), and
+    Parquet row groups or compressed shards are read whole by every chunk that draws from
+    them. A read fully inside a cached range is a slice; a read that starts inside one
+    fetches only the rest. Bounded in bytes, least recently used first out.
     """
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
-        self._entries: OrderedDict[Any, Parts] = OrderedDict()
-        self._inflight: dict[Any, asyncio.Future[Parts]] = {}
+        self._entries: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
         self._bytes = 0
+        self._inflight: dict[tuple[str, str, int, int], asyncio.Future[None]] = {}
         self.hits = 0
+        self.saved_bytes = 0
 
-    async def get(self, key: Any, fetch: Callable[[], Awaitable[Parts]]) -> Parts:
-        parts = self._entries.get(key)
-        if parts is not None:
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return parts
-        pending = self._inflight.get(key)
-        if pending is not None:
-            self.hits += 1
-            return await asyncio.shield(pending)
-        future: asyncio.Future[Parts] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+    def _find(self, uri: str, version: str, start: int) -> tuple[int, bytes] | None:
+        best: tuple[int, bytes] | None = None
+        for (u, v, at), data in reversed(self._entries.items()):
+            inside = u == uri and v == version and at <= start < at + len(data)
+            if inside and (best is None or at + len(data) > best[0] + len(best[1])):
+                best = (at, data)
+        return best
+
+    def _put(self, uri: str, version: str, start: int, data: bytes) -> None:
+        if not data or len(data) > self.capacity:
+            return
+        key = (uri, version, start)
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old)
+        self._entries[key] = data
+        self._bytes += len(data)
+        while self._bytes > self.capacity:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= len(evicted)
+
+    async def read(
+        self, storage: ManagedStorage, uri: str, version: str, start: int, stop: int
+    ) -> bytes:
+        # A fetch in flight that will cover our start: wait for it rather than race it.
+        for (u, v, a, b), done in list(self._inflight.items()):
+            if u == uri and v == version and a <= start < b:
+                await asyncio.shield(done)
+                break
+        found = self._find(uri, version, start)
+        if found is not None:
+            at, data = found
+            self._entries.move_to_end((uri, version, at))
+            end = at + len(data)
+            if stop <= end:
+                self.hits += 1
+                self.saved_bytes += stop - start
+                return data[start - at : stop - at]
+            self.saved_bytes += end - start
+            rest = await self._fetch(storage, uri, version, end, stop)
+            return data[start - at :] + rest
+        return await self._fetch(storage, uri, version, start, stop)
+
+    async def _fetch(
+        self, storage: ManagedStorage, uri: str, version: str, start: int, stop: int
+    ) -> bytes:
+        key = (uri, version, start, stop)
+        if key in self._inflight:  # the very same range is on its way: share it
+            await asyncio.shield(self._inflight[key])
+            cached = self._entries.get((uri, version, start))
+            if cached is not None and len(cached) >= stop - start:
+                self.hits += 1
+                self.saved_bytes += stop - start
+                return cached[: stop - start]
+            return await storage.read(uri, start, stop, version=version)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = done
         try:
-            parts = await fetch()
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(exc)
-                future.exception()  # marked retrieved: waiters re-raise it themselves
-            raise
+            data = await storage.read(uri, start, stop, version=version)
+            self._put(uri, version, start, data)
+            return data
         finally:
             self._inflight.pop(key, None)
-        future.set_result(parts)
-        size = sum(len(d) for _, d in parts)
-        if size <= self.capacity:
-            self._entries[key] = parts
-            self._bytes += size
-            while self._bytes > self.capacity:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= sum(len(d) for _, d in old)
-        return parts
+            done.set_result(None)  # waiters look in the cache again (or fetch themselves)
 
 
-async def _fetch_parts(storages: Sequence[ManagedStorage], request: RangeRequest) -> Parts:
+async def _fetch_parts(
+    storages: Sequence[ManagedStorage], request: RangeRequest, cache: RangeCache | None
+) -> Parts:
     storage = storages[request.dataset]
+
+    async def one(start: int, stop: int) -> bytes:
+        if cache is None:
+            return await storage.read(request.uri, start, stop, version=request.version)
+        return await cache.read(storage, request.uri, request.version, start, stop)
+
     if len(request.ranges) == 1:
         ((start, stop),) = request.ranges
-        return [(start, await storage.read(request.uri, start, stop, version=request.version))]
-    parts = await asyncio.gather(
-        *(storage.read(request.uri, a, b, version=request.version) for a, b in request.ranges)
-    )
+        return [(start, await one(start, stop))]
+    parts = await asyncio.gather(*(one(a, b) for a, b in request.ranges))
     return [(a, data) for (a, _), data in zip(request.ranges, parts, strict=True)]
 
 
@@ -94,14 +134,10 @@ async def read_request(
     storages: Sequence[ManagedStorage],
     request: RangeRequest,
     reserved: int,
-    cache: UnitCache | None = None,
+    cache: RangeCache | None = None,
 ) -> Fetched:
-    """Fetch every range of ``request`` (through ``cache`` for unit reads)."""
-    if cache is None:
-        return Fetched(request, Blob(await _fetch_parts(storages, request)), reserved)
-    key = (request.uri, request.version, request.ranges)
-    parts = await cache.get(key, lambda: _fetch_parts(storages, request))
-    return Fetched(request, Blob(parts), reserved)
+    """Fetch every range of ``request``, through ``cache`` if given."""
+    return Fetched(request, Blob(await _fetch_parts(storages, request, cache)), reserved)
 
 
 async def group_requests(
@@ -145,13 +181,17 @@ async def read_group(
     storages: Sequence[ManagedStorage],
     group: list[RangeRequest],
     reserved: list[int],
-    cache: UnitCache | None = None,
+    cache: RangeCache | None = None,
 ) -> list[Fetched]:
     """Fetch a group from :func:`group_requests`: one storage read for a merged run."""
     if len(group) == 1:
         return [await read_request(storages, group[0], reserved[0], cache)]
     first = group[0]
     start, stop = first.ranges[0][0], max(r.ranges[0][1] for r in group)
-    data = await storages[first.dataset].read(first.uri, start, stop, version=first.version)
+    storage = storages[first.dataset]
+    if cache is None:
+        data = await storage.read(first.uri, start, stop, version=first.version)
+    else:
+        data = await cache.read(storage, first.uri, first.version, start, stop)
     blob = Blob([(start, data)])  # shared: every request slices what it needs, no copies
     return [Fetched(r, blob, res) for r, res in zip(group, reserved, strict=True)]
