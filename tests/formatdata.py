@@ -10,32 +10,14 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from tests.fixtures.make_reference_shards import to_jsonable as to_jsonable
+
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 WORDS = ["alpha", "beta", "gamma", "ünïcode", "émoji 🚀", 'quo"te', "tab\tsep", "back\\slash"]
-
-
-def to_jsonable(value: Any) -> Any:
-    """Same tagged form as ``tests/fixtures/make_reference_shards.py`` writes."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {"__bytes__": bytes(value).hex()}
-    if isinstance(value, np.ndarray):
-        return {
-            "__ndarray__": value.tolist(),
-            "dtype": str(value.dtype),
-            "shape": list(value.shape),
-        }
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {k: to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    return value
 
 
 def records(n: int, seed: int = 0) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, Mark
-from zephon.ops.shuffle import start_mark
+from zephon.ops.shuffle import start_mark, windowed
 
 __all__ = ["PACK_ALGORITHMS", "pack_blocks"]
 
@@ -105,40 +105,15 @@ def _fit(docs: list[np.ndarray], seq_len: int, best: bool) -> list[list[tuple[np
     return rows
 
 
-async def _fit_windows(
+def _fit_windows(
     blocks: AsyncIterator[Block], seq_len: int, pad_id: int, field: str, lane: int,
     depth: int, resume: tuple[Mark, int] | None, window: int, best: bool,
 ) -> AsyncIterator[Block]:  # fmt: skip
-    before, skip = resume if resume is not None else (start_mark(lane, depth), 0)
-    docs: list[np.ndarray] = []
-    refs: list[Any] = []
-    marks: list[Mark] = []
+    def packed(_: Mark, items: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
+        rows = _fit([_ids(item, field) for item in items], seq_len, best)
+        return [_row(r, seq_len, pad_id) for r in rows], [list(refs)] * len(rows)
 
-    def emit() -> Block:
-        nonlocal before, skip, docs, refs, marks
-        rows = _fit(docs, seq_len, best)
-        out = [_row(r, seq_len, pad_id) for r in rows]
-        out_marks = [(*before[:3], (*before[3], j + 1)) for j in range(len(out))]
-        block = Block(lane, out[skip:], [list(refs)] * len(out[skip:]), out_marks[skip:])
-        before, skip = marks[-1], 0
-        docs, refs, marks = [], [], []
-        return block
-
-    async for block in blocks:
-        ready = []
-        for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
-            docs.append(_ids(item, field))
-            refs.append(ref)
-            marks.append(mark)
-            if len(docs) == window:
-                ready.append(emit())
-        for b in ready:
-            if b.items:
-                yield b
-    if docs:
-        last = emit()
-        if last.items:
-            yield last
+    return windowed(blocks, window, lane, depth, resume, packed)
 
 
 def pack_blocks(

@@ -8,7 +8,7 @@ the window were emitted through it; restoring replays the window from its start 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ import numpy as np
 from zephon.ops.block import Block, Mark
 from zephon.plan.permute import key_of, permute
 
-__all__ = ["shuffle_blocks"]
+__all__ = ["shuffle_blocks", "start_mark", "windowed"]
 
 
 def start_mark(lane: int, depth: int) -> Mark:
@@ -25,7 +25,53 @@ def start_mark(lane: int, depth: int) -> Mark:
     return (lane, None, 0, (0,) * depth)
 
 
-async def shuffle_blocks(
+Window = Callable[[Mark, list[Any], list[Any]], tuple[list[Any], list[Any]]]
+
+
+async def windowed(
+    blocks: AsyncIterator[Block],
+    size: int,
+    lane: int,
+    depth: int,
+    resume: tuple[Mark, int] | None,
+    transform: Window,
+) -> AsyncIterator[Block]:
+    """Cut a lane's items into windows of ``size`` and emit ``transform(mark before the
+    window, items, refs)`` for each, with window-relative marks: output ``j`` of a window is
+    marked (mark before the window, ``j + 1``). ``resume`` = (that mark, outputs to skip)."""
+    before, skip = resume if resume is not None else (start_mark(lane, depth), 0)
+    items: list[Any] = []
+    refs: list[Any] = []
+    marks: list[Mark] = []
+
+    def emit() -> Block:
+        nonlocal before, skip, items, refs, marks
+        out, out_refs = transform(before, items, refs)
+        lane_, cursor, delivered, ops = before
+        out_marks: list[Mark] = [(lane_, cursor, delivered, (*ops, j + 1)) for j in range(len(out))]
+        block = Block(lane, out[skip:], out_refs[skip:], out_marks[skip:])
+        before, skip = marks[-1], 0
+        items, refs, marks = [], [], []
+        return block
+
+    async for block in blocks:
+        ready: list[Block] = []
+        for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
+            items.append(item)
+            refs.append(ref)
+            marks.append(mark)
+            if len(items) == size:
+                ready.append(emit())
+        for b in ready:
+            if b.items:
+                yield b
+    if items:
+        last = emit()
+        if last.items:
+            yield last
+
+
+def shuffle_blocks(
     blocks: AsyncIterator[Block],
     size: int,
     seed: int,
@@ -38,40 +84,11 @@ async def shuffle_blocks(
     ``depth``: stateful ops before this one (the length of incoming marks' op states).
     ``resume``: (the mark before the window to replay, items of it already emitted).
     """
-    before, skip = resume if resume is not None else (start_mark(lane, depth), 0)
-    items: list[Any] = []
-    refs: list[Any] = []
-    marks: list[Mark] = []
 
-    def emit() -> Block:
-        nonlocal before, skip, items, refs, marks
+    def permuted(before: Mark, items: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
         n = len(items)
-        order = permute(np.arange(n), n, key_of("shuffle", seed, lane, repr(before[1:3]),
-                                                before[3])).tolist()  # fmt: skip
-        lane_, cursor, delivered, ops = before
-        out_marks = [(lane_, cursor, delivered, (*ops, j + 1)) for j in range(n)]
-        block = Block(
-            lane,
-            [items[i] for i in order][skip:],
-            [refs[i] for i in order][skip:],
-            out_marks[skip:],
-        )
-        before, skip = marks[-1], 0
-        items, refs, marks = [], [], []
-        return block
+        key = key_of("shuffle", seed, lane, repr(before[1:3]), before[3])
+        order = permute(np.arange(n), n, key).tolist()
+        return [items[i] for i in order], [refs[i] for i in order]
 
-    async for block in blocks:
-        out: list[Block] = []
-        for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
-            items.append(item)
-            refs.append(ref)
-            marks.append(mark)
-            if len(items) == size:
-                out.append(emit())
-        for b in out:
-            if b.items:
-                yield b
-    if items:
-        last = emit()
-        if last.items:
-            yield last
+    return windowed(blocks, size, lane, depth, resume, permuted)
