@@ -41,15 +41,13 @@ def main() -> None:
         write(root, "web", shards=4, docs=500)
         write(root, "code", shards=2, docs=400)
         pipe = build(root)
-        steps = 0
-        for batch in pipe:
-            steps += 1
-            if steps == 5:
+        shapes = []
+        for step, batch in enumerate(pipe, start=1):
+            shapes.append(tuple(batch["input_ids"].shape))  # a training step would go here
+            if step == 5:
                 state = pipe.checkpoint()  # what a training job would save with its weights
                 break
-        print(
-            f"5 steps of {batch['input_ids'].shape}; checkpoint is {len(json.dumps(state))} bytes"
-        )
+        print(f"5 steps of {shapes[-1]}; checkpoint is {len(json.dumps(state))} bytes")
         resumed = build(root)
         resumed.restore(state)
         rest = sum(1 for _ in resumed)
