@@ -54,35 +54,75 @@ async def _concat(
     blocks: AsyncIterator[Block], seq_len: int, pad_id: int, field: str, lane: int,
     depth: int, resume: tuple[Mark, int] | None,
 ) -> AsyncIterator[Block]:  # fmt: skip
+    """Vectorised per block: the block's documents (after the previous block's unfinished
+    row) are laid end to end in flat arrays and cut into rows with numpy."""
     before, offset = resume if resume is not None else (start_mark(lane, depth), 0)
-    pieces: list[tuple[np.ndarray, int]] = []
-    fill = 0
-    refs: list[Any] = []
+    carry_ids = np.zeros(0, dtype=np.int64)  # the unfinished row
+    carry_pos = np.zeros(0, dtype=np.int64)
+    carry_doc = np.zeros(0, dtype=np.int64)  # document numbers, negative for carried ones
+    carry_refs: dict[int, Any] = {}
     async for block in blocks:
-        rows, row_refs, row_marks = [], [], []
-        for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
-            ids = _ids(item, field)
-            start = offset  # tokens of this document already in earlier rows (restore)
+        if not block.items:
+            continue
+        docs = [_ids(item, field) for item in block.items]
+        if offset:  # restored mid-document: its first tokens are in rows already delivered
+            docs[0] = docs[0][offset:]
+        lengths = np.array([len(d) for d in docs], dtype=np.int64)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        pos = np.arange(int(lengths.sum()), dtype=np.int64) - starts
+        if offset:
+            pos[: lengths[0]] += offset
             offset = 0
-            while start < len(ids):
-                take = min(seq_len - fill, len(ids) - start)
-                pieces.append((ids[start : start + take], start))
-                refs.append(ref)
-                fill += take
-                start += take
-                if fill == seq_len:
-                    rows.append(_row(pieces, seq_len, pad_id))
-                    row_refs.append(refs)
-                    if start < len(ids):  # the next row starts inside this document
-                        row_marks.append((*before[:3], (*before[3], start)))
-                    else:  # ... or at the next one
-                        row_marks.append((*mark[:3], (*mark[3], 0)))
-                    pieces, fill, refs = [], 0, []
-            before = mark
+        ids = np.concatenate([carry_ids, *docs]) if docs else carry_ids
+        pos = np.concatenate([carry_pos, pos])
+        doc = np.concatenate([carry_doc, np.repeat(np.arange(len(docs)), lengths)])
+        refs_of = {**carry_refs, **dict(enumerate(block.refs))}
+        full = len(ids) // seq_len
+        rows, row_refs, row_marks = [], [], []
+        if full:
+            n = full * seq_len
+            r_ids = ids[:n].reshape(full, seq_len)
+            r_pos = pos[:n].reshape(full, seq_len)
+            r_doc = doc[:n].reshape(full, seq_len)
+            change = np.ones_like(r_doc, dtype=bool)
+            change[:, 1:] = r_doc[:, 1:] != r_doc[:, :-1]
+            seg = np.cumsum(change, axis=1)
+            for r in range(full):
+                rows.append({"input_ids": r_ids[r].astype(np.int32),
+                             "positions": r_pos[r].astype(np.int32),
+                             "segment_ids": seg[r].astype(np.int32)})  # fmt: skip
+                first_doc, last_doc = int(r_doc[r, 0]), int(r_doc[r, -1])  # docs are in order
+                row_refs.append(
+                    [refs_of[d] for d in range(first_doc, last_doc + 1) if d in refs_of]
+                )
+                t = (r + 1) * seq_len  # where the next row starts
+                if t < len(ids) and pos[t] > 0:  # ... inside document doc[t]
+                    d = int(doc[t])
+                    prev = block.marks[d - 1] if d > 0 else before
+                    row_marks.append((*prev[:3], (*prev[3], int(pos[t]))))
+                else:  # ... at the start of the document after doc[t - 1]
+                    d = int(doc[t - 1])
+                    prev = block.marks[d] if d >= 0 else before
+                    row_marks.append((*prev[:3], (*prev[3], 0)))
+        rest = slice(full * seq_len, None)
+        carry_ids, carry_pos = ids[rest], pos[rest]
+        carry_doc = doc[rest] - len(docs)
+        carry_refs = {int(d) - len(docs): refs_of[int(d)] for d in np.unique(doc[rest])}
+        before = block.marks[-1]
         if rows:
             yield Block(lane, rows, row_refs, row_marks)
-    if pieces:
-        yield Block(lane, [_row(pieces, seq_len, pad_id)], [refs], [(*before[:3], (*before[3], 0))])
+    if len(carry_ids):
+        seg = np.ones(len(carry_doc), dtype=bool)
+        seg[1:] = carry_doc[1:] != carry_doc[:-1]
+        row = {"input_ids": np.full(seq_len, pad_id, dtype=np.int32),
+               "positions": np.zeros(seq_len, dtype=np.int32),
+               "segment_ids": np.zeros(seq_len, dtype=np.int32)}  # fmt: skip
+        k = len(carry_ids)
+        row["input_ids"][:k] = carry_ids
+        row["positions"][:k] = carry_pos
+        row["segment_ids"][:k] = np.cumsum(seg)
+        refs = [carry_refs[int(d)] for d in np.unique(carry_doc)]
+        yield Block(lane, [row], [refs], [(*before[:3], (*before[3], 0))])
 
 
 def _fit(docs: list[np.ndarray], seq_len: int, best: bool) -> list[list[tuple[np.ndarray, int]]]:

@@ -115,10 +115,16 @@ class Tokenize:
         except (KeyError, TypeError):
             raise ConfigError(f"tokenize(): samples have no {self.field!r} text field") from None
         out = []
+        head = 1 if self.bos is not None else 0
+        tail = 1 if self.eos is not None else 0
         for sample, ids in zip(samples, self.encode(texts), strict=True):
-            full = ([self.bos] if self.bos is not None else []) + ids
-            full += [self.eos] if self.eos is not None else []
+            arr = np.empty(len(ids) + head + tail, dtype=np.int32)
+            arr[head : head + len(ids)] = ids
+            if head:
+                arr[0] = self.bos
+            if tail:
+                arr[-1] = self.eos
             if self.max_length is not None:
-                full = full[: self.max_length]
-            out.append({**sample, "input_ids": np.asarray(full, dtype=np.int32)})
+                arr = arr[: self.max_length]
+            out.append({**sample, "input_ids": arr})
         return out
