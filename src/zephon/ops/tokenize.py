@@ -115,15 +115,16 @@ class Tokenize:
         except (KeyError, TypeError):
             raise ConfigError(f"tokenize(): samples have no {self.field!r} text field") from None
         out = []
-        head = 1 if self.bos is not None else 0
-        tail = 1 if self.eos is not None else 0
+        bos, eos = self.bos, self.eos
+        head = 1 if bos is not None else 0
+        tail = 1 if eos is not None else 0
         for sample, ids in zip(samples, self.encode(texts), strict=True):
             arr = np.empty(len(ids) + head + tail, dtype=np.int32)
             arr[head : head + len(ids)] = ids
-            if head:
-                arr[0] = self.bos
-            if tail:
-                arr[-1] = self.eos
+            if bos is not None:
+                arr[0] = bos
+            if eos is not None:
+                arr[-1] = eos
             if self.max_length is not None:
                 arr = arr[: self.max_length]
             out.append({**sample, "input_ids": arr})
