@@ -31,6 +31,9 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/storage_throughput.py
 	$(BIN)/python benchmarks/discovery.py
+	$(BIN)/python benchmarks/planner.py
+	$(BIN)/python benchmarks/pipeline.py
+	$(BIN)/python benchmarks/tokenize_pack.py
 
 # MDS and LitData fixtures come from those projects' own writers, whose pins conflict with
 # Zephon's dependencies: they run in a separate venv and their output is committed.
