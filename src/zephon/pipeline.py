@@ -8,9 +8,14 @@ import os
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from zephon.engine.channel import Channel, closing
 from zephon.engine.pool import WorkerPool
@@ -156,9 +161,7 @@ class Pipeline:
         self.range_cache_bytes = range_cache_bytes
         self._ops: tuple[_Op, ...] = ()
         self._resume: dict[int, dict[str, Any]] = {}
-        self._position: dict[int, Mark] = {}
-        self._items: dict[int, int] = {}
-        self._ended: frozenset[int] = frozenset()
+        self._received = _Received()
         self._torch: bool | None = None  # None: numpy out; else tensors, pinned if True
         self._last: _Run | None = None
         self._runs: weakref.WeakSet[_Run] = weakref.WeakSet()
@@ -171,7 +174,7 @@ class Pipeline:
         new._ops = self._ops + ((op,) if op is not None else ())
         new._last = None
         new._runs = weakref.WeakSet()
-        new._resume, new._position, new._items, new._ended = {}, {}, {}, frozenset()
+        new._resume, new._received = {}, _Received()
         for key, value in changes.items():
             setattr(new, key, value)
         return new
@@ -350,12 +353,14 @@ class Pipeline:
         """
         if any(op.kind == "apply" for op in self._ops):
             raise ConfigError("checkpoint() does not support custom apply() operators yet")
+        received = self._received
+        received.settle()
         lanes: dict[str, Any] = {}
         for lane in self.my_lanes:
-            entry: dict[str, Any] = {"items": self._items.get(lane, 0),
-                                     "ended": lane in self._ended}  # fmt: skip
-            if lane in self._position:
-                _, cursor, delivered, ops = self._position[lane]
+            entry: dict[str, Any] = {"items": received.items.get(lane, 0),
+                                     "ended": lane in received.ended}  # fmt: skip
+            if lane in received.position:
+                _, cursor, delivered, ops = received.position[lane]
                 entry["cursor"] = cursor.to_dict() if cursor is not None else None
                 entry["delivered"] = delivered
                 entry["ops"] = list(ops)
@@ -418,18 +423,18 @@ class Pipeline:
                 resume[lane] = {"cursor": entry.get("cursor"), "delivered": entry["delivered"],
                                 "ops": list(ops), "state": lane_state,
                                 "mark": (lane, cursor, int(entry["delivered"]), ops)}  # fmt: skip
-        self._resume, self._items, self._ended = resume, items, frozenset(ended)
-        self._position = {}
+        self._resume, self._received = resume, _Received(items, frozenset(ended))
 
     def _merge_start(self) -> tuple[int, list[int]]:
         """Position of the lane whose turn it is, and positions of lanes known to have ended."""
         mine = list(self.my_lanes)
-        ended = [i for i, lane in enumerate(mine) if lane in self._ended]
+        received = self._received
+        ended = [i for i, lane in enumerate(mine) if lane in received.ended]
         live = [i for i in range(len(mine)) if i not in ended]
         if not live:
             return 0, ended
-        fewest = min(self._items.get(mine[i], 0) for i in live)
-        first = next(i for i in live if self._items.get(mine[i], 0) == fewest)
+        fewest = min(received.items.get(mine[i], 0) for i in live)
+        first = next(i for i in live if received.items.get(mine[i], 0) == fewest)
         return first, ended
 
     # -- running ----------------------------------------------------------------------
@@ -442,9 +447,10 @@ class Pipeline:
         run = _Run(self)
         self._last = run
         self._runs.add(run)
-        self._position = {}
-        if not self._resume:  # a fresh start: positions count from zero
-            self._items, self._ended = {}, frozenset()
+        if self._resume:  # a restored start: counts carry on from the checkpoint
+            self._received = _Received(self._received.items, self._received.ended)
+        else:
+            self._received = _Received()
         bar = _ProgressBar(run) if progress else None
         await run.start()
         try:
@@ -467,23 +473,18 @@ class Pipeline:
     async def _aiter(self, progress: bool) -> AsyncIterator[Any]:
         async with contextlib.aclosing(self._blocks(progress)) as blocks:
             async for block in blocks:
-                for item, mark in zip(block.items, block.marks, strict=True):
-                    self._deliver(mark, block)
-                    yield self._out(item)
+                received = self._received  # a run starts afresh: read it once it has
+                received.open(block)
+                for i, item in enumerate(self._out(block.items), 1):
+                    received.taken = i  # the checkpoint is what the consumer has received
+                    yield item
 
-    def _out(self, item: Any) -> Any:
+    def _out(self, items: list[Any]) -> list[Any]:
         if self._torch is None:
-            return item
+            return items
         from zephon.torch import to_tensors
 
-        return to_tensors(item, self._torch)
-
-    def _deliver(self, mark: Mark, block: Block) -> None:
-        # Called as the consumer receives each item: the checkpoint is what it has received.
-        lane = mark[0]
-        self._position[lane] = mark
-        self._items[lane] = self._items.get(lane, 0) + 1
-        self._ended = block.extra.get("ended", self._ended)
+        return [to_tensors(item, self._torch) for item in items]
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._aiter(progress=False)
@@ -514,6 +515,40 @@ class Pipeline:
         """Stop every running iteration started from synchronous code."""
         for run in list(self._runs):
             run.stop_threadsafe()
+
+
+class _Received:
+    """What the consumer has received, per lane: the last mark and the item count of each.
+
+    Handing out an item only bumps ``taken``; the open block's marks are folded in when the
+    next block opens or a checkpoint is taken, so delivery costs nothing per item.
+    """
+
+    __slots__ = ("block", "ended", "items", "position", "settled", "taken")
+
+    def __init__(self, items: dict[int, int] | None = None, ended: frozenset[int] = frozenset()):
+        self.position: dict[int, Mark] = {}
+        self.items: dict[int, int] = dict(items or {})
+        self.ended = ended
+        self.block: Block | None = None
+        self.settled = 0
+        self.taken = 0
+
+    def open(self, block: Block) -> None:
+        self.settle()
+        self.block, self.settled, self.taken = block, 0, 0
+
+    def settle(self) -> None:
+        block = self.block
+        if block is None or self.taken == self.settled:
+            return
+        marks = block.marks[self.settled : self.taken]
+        lanes = list(map(itemgetter(0), marks))
+        self.position.update(zip(lanes, marks, strict=True))  # the last mark per lane wins
+        for lane, n in Counter(lanes).items():
+            self.items[lane] = self.items.get(lane, 0) + n
+        self.ended = block.extra.get("ended", self.ended)
+        self.settled = self.taken
 
 
 class _Run:
@@ -698,14 +733,18 @@ class _Run:
         datasets = self.pipe.source.datasets
         ready: list[Block] = []
 
-        def emit(cursor: Cursor, items: list[Any], refs: list[Any], slots: list[int]) -> None:
-            keep = [not is_failed(x) for x in items]
-            marks: list[Mark] = [(lane, cursor, s + 1, ()) for s in slots]
-            if not all(keep):
-                items = [x for x, k in zip(items, keep, strict=True) if k]
-                marks_kept = [m for m, k in zip(marks, keep, strict=True) if k]
-                refs = [r for r, k in zip(refs, keep, strict=True) if k]
-                block = Block(lane, items, refs, marks_kept)
+        def emit(
+            cursor: Cursor, items: list[Any], refs: list[Any], slots: np.ndarray, failed: bool
+        ) -> None:
+            # A mark per item: the lane position just after it (zip builds them in C).
+            marks: list[Mark] = list(
+                zip(repeat(lane), repeat(cursor), (slots + 1).tolist(), repeat(()))
+            )
+            if failed:
+                keep = [not is_failed(x) for x in items]
+                items = list(compress(items, keep))
+                refs = list(compress(refs, keep))
+                block = Block(lane, items, refs, list(compress(marks, keep)))
                 if marks:
                     block.extra["last_mark"] = marks[-1]
             else:
@@ -725,11 +764,11 @@ class _Run:
                 for pos, message in failed:
                     ds = datasets[r.dataset]
                     self.ledger.add(ds.name, r.uri, r.samples[pos], message)
-                refs = [(r.dataset, r.shard, s) for s in r.samples]
+                refs = list(zip(repeat(r.dataset), repeat(r.shard), r.samples))
                 if self.pipe.deterministic:
-                    assembler.add(r.cursor, r.slots, items, refs)
+                    assembler.add(r.cursor, r.slots, items, refs, bool(failed))
                 else:
-                    emit(r.cursor, items, refs, list(r.slots))
+                    emit(r.cursor, items, refs, np.asarray(r.slots, np.int64), bool(failed))
                 while ready:
                     block = ready.pop(0)
                     stats.items_out += len(block.items)
@@ -897,9 +936,11 @@ class _Bridge:
             block = future.result()
             if block is None:
                 return
-            for item, mark in zip(block.items, block.marks, strict=True):
-                self.pipe._deliver(mark, block)
-                yield self.pipe._out(item)
+            received = self.pipe._received
+            received.open(block)
+            for i, item in enumerate(self.pipe._out(block.items), 1):
+                received.taken = i
+                yield item
 
     async def _next(self) -> Block | None:
         try:

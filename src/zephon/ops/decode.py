@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from zephon.errors import FormatError, ZephonError
 from zephon.formats.blob import Blob
 from zephon.refs import Cursor, ShardInfo
@@ -78,32 +80,51 @@ def is_failed(item: Any) -> bool:
 
 
 class ChunkAssembler:
-    """Collects a lane's decoded reads into chunks in slot order."""
+    """Collects a lane's decoded reads into chunks in slot order.
 
-    def __init__(self, lane: int, emit: Callable[[Cursor, list[Any], list[Any], list[int]], Any]):
+    ``emit(cursor, items, refs, slots, failed)`` receives each whole chunk; ``failed`` says
+    whether any of its items is a failed placeholder.
+    """
+
+    def __init__(
+        self, lane: int, emit: Callable[[Cursor, list[Any], list[Any], np.ndarray, bool], Any]
+    ):
         self.lane = lane
         self._emit = emit
         self._cursor: Cursor | None = None
-        self._slots: dict[int, tuple[Any, Any]] = {}
+        self._parts: list[tuple[Sequence[int], Sequence[Any], Sequence[Any]]] = []
+        self._failed = False
 
     def add(
-        self, cursor: Cursor, slots: Sequence[int], items: Sequence[Any], refs: Sequence[Any]
+        self,
+        cursor: Cursor,
+        slots: Sequence[int],
+        items: Sequence[Any],
+        refs: Sequence[Any],
+        failed: bool = False,
     ) -> Any:
         out = None
         if self._cursor is not None and cursor.chunk != self._cursor.chunk:
             out = self.flush()
         self._cursor = cursor
-        for slot, item, ref in zip(slots, items, refs, strict=True):
-            self._slots[slot] = (item, ref)
+        self._parts.append((slots, items, refs))
+        self._failed |= failed
         return out
 
     def flush(self) -> Any:
-        if self._cursor is None or not self._slots:
-            self._cursor = None
+        cursor, parts, failed = self._cursor, self._parts, self._failed
+        self._cursor, self._parts, self._failed = None, [], False
+        if cursor is None or not parts:
             return None
-        order = sorted(self._slots)
-        items = [self._slots[s][0] for s in order]
-        refs = [self._slots[s][1] for s in order]
-        cursor = self._cursor
-        self._cursor, self._slots = None, {}
-        return self._emit(cursor, items, refs, order)
+        # Each read lists its samples in slot order; reads come in the order of their first
+        # slot. Concatenated, they are often in order already (no shuffle, or one read).
+        slots = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts])
+        items = [x for p in parts for x in p[1]] if len(parts) > 1 else list(parts[0][1])
+        refs = [x for p in parts for x in p[2]] if len(parts) > 1 else list(parts[0][2])
+        if len(parts) > 1 and not bool((np.diff(slots) > 0).all()):
+            order = np.argsort(slots, kind="stable")
+            slots = slots[order]
+            at = order.tolist()
+            items = [items[i] for i in at]
+            refs = [refs[i] for i in at]
+        return self._emit(cursor, items, refs, slots, failed)

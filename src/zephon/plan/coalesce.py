@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.formats.index import RowGroupIndex, StreamIndex
+from zephon.plan.arrays import distinct
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
@@ -82,14 +83,14 @@ def coalesce(
     starts = np.zeros(n, np.int64)
     stops = np.zeros(n, np.int64)
     units = np.full(n, -1, np.int64)  # >= 0 marks a unit read (row group or whole shard)
-    for d in np.unique(datasets):
+    for d in distinct(datasets):
         mask = datasets == d
         manifest = manifests[int(d)]
         if manifest.all_records:
             starts[mask], stops[mask] = manifest.spans(shards[mask], samples[mask])
             continue
         where = np.flatnonzero(mask)
-        for shard in np.unique(shards[where]).tolist():
+        for shard in distinct(shards[where]):
             at = where[shards[where] == shard]
             layout = manifest.layouts[shard]
             if isinstance(layout, RowGroupIndex):

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
+from zephon.plan.arrays import distinct
 
 __all__ = ["Layout", "Manifest", "UniformRecords"]
 
@@ -149,7 +150,7 @@ class Manifest:
     def sample_nbytes(self, shards: np.ndarray, samples: np.ndarray) -> np.ndarray:
         """Byte length of each ``(shard, sample)``: exact for records, estimated for rows."""
         out = np.empty(len(shards), dtype=np.float64)
-        for shard in np.unique(shards):
+        for shard in distinct(shards):
             mask = shards == shard
             layout = self.layouts[int(shard)]
             picked = samples[mask]

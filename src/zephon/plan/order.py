@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from zephon.plan.arrays import distinct
 from zephon.plan.manifest import Manifest
 from zephon.plan.permute import key_of, permute
 
@@ -87,13 +88,13 @@ class DatasetOrder:
         blocks = ranks // size
         out = np.empty_like(ranks)
         name = self.manifest.name
-        for block in np.unique(blocks).tolist():
+        for block in distinct(blocks):
             mask = blocks == block
             base = block * size
             domain = min(size, self.n - base)
             pos = ranks[mask] - base
             windows = pos // window
-            for w in np.unique(windows).tolist():
+            for w in distinct(windows):
                 wmask = windows == w
                 width = min(window, domain - w * window)
                 p = pos[wmask] - w * window

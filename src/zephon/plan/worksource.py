@@ -14,6 +14,7 @@ import numpy as np
 
 from zephon.errors import ConfigError, StateMismatch
 from zephon.formats.index import RowGroupIndex
+from zephon.plan.arrays import distinct
 from zephon.plan.coalesce import PlannedReads, coalesce
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
@@ -434,7 +435,7 @@ class StaticMixtureWorkSource:
             return order.locate(int(passes[0]), ranks)
         shards = np.empty(n, np.int64)
         samples = np.empty(n, np.int64)
-        for p in np.unique(passes):
+        for p in distinct(passes):
             mask = passes == p
             shards[mask], samples[mask] = order.locate(int(p), ranks[mask])
         return shards, samples
