@@ -17,8 +17,10 @@ import argparse
 import asyncio
 import io
 import json
+import random
 import resource
 import statistics
+import string
 import subprocess
 import sys
 import time
@@ -34,19 +36,29 @@ from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.testing import MotoServer, S3Endpoint
 
 WORDS = "the quick brown fox jumps over a lazy dog while streaming shards".split()  # noqa: SIM905
+# A 4,000-word vocabulary of pseudo-words, for document-sized samples that compress like text.
+VOCAB = ["".join(random.Random(k).choices(string.ascii_lowercase, k=2 + k % 9))
+         for k in range(4000)]  # fmt: skip
 
 
-def jsonl_shard(shard: int, n: int) -> bytes:
+def text(sample: int, size: str) -> str:
+    """Sample text: ``small`` is ~60-250 bytes; ``docs`` is ~0.3-3 KB of varied words."""
+    if size == "small":
+        return " ".join(WORDS[: 3 + (sample % 9)] * 4)
+    rng = random.Random(sample)
+    return " ".join(rng.choices(VOCAB, k=50 + sample % 450))
+
+
+def jsonl_shard(shard: int, n: int, size: str = "small") -> bytes:
     return b"".join(
-        json.dumps({"id": shard * n + i, "text": " ".join(WORDS[: 3 + (i % 9)] * 4)}).encode()
-        + b"\n"
+        json.dumps({"id": shard * n + i, "text": text(shard * n + i, size)}).encode() + b"\n"
         for i in range(n)
     )
 
 
-def parquet_shard(shard: int, n: int) -> bytes:
+def parquet_shard(shard: int, n: int, size: str = "small") -> bytes:
     table = pa.table({"id": [shard * n + i for i in range(n)],
-                      "text": [" ".join(WORDS[: 3 + (i % 9)] * 4) for i in range(n)]})  # fmt: skip
+                      "text": [text(shard * n + i, size) for i in range(n)]})  # fmt: skip
     buf = io.BytesIO()
     pq.write_table(table, buf, row_group_size=4096)
     return buf.getvalue()
@@ -98,23 +110,22 @@ async def with_zephon(ds: Dataset, concurrency: int, shuffle: str = "block") -> 
     return n
 
 
-def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int) -> None:
+def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int, size: str) -> None:
     with MotoServer() as endpoint:
         endpoint.create_bucket("bench")
         client = endpoint.client()
         for i in range(shards):
-            client.put_object(
-                Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl", Body=jsonl_shard(i, per_shard)
-            )
-            client.put_object(
-                Bucket="bench", Key=f"pq/p{i:04d}.parquet", Body=parquet_shard(i, per_shard)
-            )
+            client.put_object(Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl",
+                              Body=jsonl_shard(i, per_shard, size))  # fmt: skip
+            client.put_object(Bucket="bench", Key=f"pq/p{i:04d}.parquet",
+                              Body=parquet_shard(i, per_shard, size))  # fmt: skip
         options = endpoint.storage_options()
         total = shards * per_shard
-        print(f"# 1. end to end: {shards} shards x {per_shard} samples from moto, "
-              f"concurrency {concurrency}, median of {rounds} alternating rounds")  # fmt: skip
-        print(f"{'format / zephon shuffle':<24} {'zephon samples/s':>17} {'hand-written':>13} "
-              f"{'ratio':>7}")  # fmt: skip
+        print(f"# 1. end to end ({size} samples): {shards} shards x {per_shard} samples from "
+              f"moto, concurrency {concurrency}, median of {rounds} alternating rounds after a "
+              "warm-up")  # fmt: skip
+        print(f"{'format / zephon shuffle':<24} {'MB':>6} {'zephon samples/s':>17} "
+              f"{'hand-written':>13} {'ratio':>7}")  # fmt: skip
         for fmt, prefix, shuffle in (
             ("jsonl", "jsonl/", "block"),
             ("jsonl", "jsonl/", "none"),
@@ -123,7 +134,10 @@ def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int) -> No
         ):
             ds = Dataset.from_path(fmt, f"s3://bench/{prefix}", storage_options=options)
             keys = [s.uri.split("/", 3)[3] for s in ds.shards]
+            mb = sum(s.size_bytes for s in ds.shards) / 1e6
             z, h = [], []
+            asyncio.run(with_zephon(ds, concurrency, shuffle))  # warm-up, untimed: first
+            asyncio.run(hand_written(endpoint, keys, fmt, concurrency))  # imports and caches
             for r in range(rounds):
                 order = [
                     ("z", with_zephon(ds, concurrency, shuffle)),
@@ -135,7 +149,8 @@ def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int) -> No
                     assert n == total, (who, n, total)
                     (z if who == "z" else h).append(total / (time.perf_counter() - t))
             zm, hm = statistics.median(z), statistics.median(h)
-            print(f"{fmt + ' / ' + shuffle:<24} {zm:>17,.0f} {hm:>13,.0f} {zm / hm:>6.2f}x")
+            print(f"{fmt + ' / ' + shuffle:<24} {mb:>6.1f} {zm:>17,.0f} {hm:>13,.0f} "
+                  f"{zm / hm:>6.2f}x")  # fmt: skip
 
 
 def trivial_ops(n: int) -> None:
@@ -199,15 +214,21 @@ def memory(budget_mb: int, shards: int, shard_mb: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shards", type=int, default=16)
-    parser.add_argument("--per-shard", type=int, default=20_000)
+    parser.add_argument("--per-shard", type=int, default=20_000, help="samples per shard, small")
+    parser.add_argument("--docs-per-shard", type=int, default=4_000, help="samples per shard, docs")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--only-end-to-end", action="store_true", help="skip parts 2 and 3")
     parser.add_argument("--memory-child", nargs=2, default=None)
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child[0], int(args.memory_child[1]))
         return
-    end_to_end(args.shards, args.per_shard, args.rounds, args.concurrency)
+    end_to_end(args.shards, args.per_shard, args.rounds, args.concurrency, "small")
+    print()
+    end_to_end(args.shards, args.docs_per_shard, args.rounds, args.concurrency, "docs")
+    if args.only_end_to_end:
+        return
     trivial_ops(200_000)
     memory(256, shards=24, shard_mb=32)
 

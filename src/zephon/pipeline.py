@@ -11,7 +11,7 @@ import weakref
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress
 from operator import itemgetter
 from typing import Any
 
@@ -23,7 +23,7 @@ from zephon.engine.runner import first_error, ordered, stage, timed_receive, tim
 from zephon.engine.stats import StageStats
 from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.batch import batch_blocks
-from zephon.ops.block import Block, Mark
+from zephon.ops.block import Block, ChunkRows, Mark
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
 from zephon.ops.fetch import Fetched, RangeCache, group_requests, read_group
 from zephon.ops.merge import merge_lanes
@@ -542,6 +542,13 @@ class _Received:
         block = self.block
         if block is None or self.taken == self.settled:
             return
+        if block.lane >= 0:  # one lane's block: its last received mark says it all
+            lane = block.lane
+            self.position[lane] = block.mark(self.taken - 1)
+            self.items[lane] = self.items.get(lane, 0) + self.taken - self.settled
+            self.ended = block.extra.get("ended", self.ended)
+            self.settled = self.taken
+            return
         marks = block.marks[self.settled : self.taken]
         lanes = list(map(itemgetter(0), marks))
         self.position.update(zip(lanes, marks, strict=True))  # the last mark per lane wins
@@ -733,22 +740,16 @@ class _Run:
         datasets = self.pipe.source.datasets
         ready: list[Block] = []
 
-        def emit(
-            cursor: Cursor, items: list[Any], refs: list[Any], slots: np.ndarray, failed: bool
-        ) -> None:
-            # A mark per item: the lane position just after it (zip builds them in C).
-            marks: list[Mark] = list(
-                zip(repeat(lane), repeat(cursor), (slots + 1).tolist(), repeat(()))
-            )
-            if failed:
+        def emit(items: list[Any], rows: ChunkRows, failed: bool) -> None:
+            if failed:  # drop the placeholders of samples skipped under on_error="skip"
                 keep = [not is_failed(x) for x in items]
-                items = list(compress(items, keep))
-                refs = list(compress(refs, keep))
-                block = Block(lane, items, refs, list(compress(marks, keep)))
+                marks = rows.marks()
+                block = Block(lane, list(compress(items, keep)), list(compress(rows.refs(), keep)),
+                              list(compress(marks, keep)))  # fmt: skip
                 if marks:
                     block.extra["last_mark"] = marks[-1]
             else:
-                block = Block(lane, items, refs, marks)
+                block = Block(lane, items, rows=rows)
             ready.append(block)
 
         assembler = ChunkAssembler(lane, emit)
@@ -764,11 +765,15 @@ class _Run:
                 for pos, message in failed:
                     ds = datasets[r.dataset]
                     self.ledger.add(ds.name, r.uri, r.samples[pos], message)
-                refs = list(zip(repeat(r.dataset), repeat(r.shard), r.samples))
                 if self.pipe.deterministic:
-                    assembler.add(r.cursor, r.slots, items, refs, bool(failed))
+                    assembler.add(r.cursor, r.slots, items, r.dataset, r.shard, r.samples,
+                                  bool(failed))  # fmt: skip
                 else:
-                    emit(r.cursor, items, refs, np.asarray(r.slots, np.int64), bool(failed))
+                    n = len(r.samples)
+                    rows = ChunkRows(lane, r.cursor, np.full(n, r.dataset), np.full(n, r.shard),
+                                     np.asarray(r.samples, np.int64),
+                                     np.asarray(r.slots, np.int64) + 1)  # fmt: skip
+                    emit(items, rows, bool(failed))
                 while ready:
                     block = ready.pop(0)
                     stats.items_out += len(block.items)

@@ -16,6 +16,7 @@ import numpy as np
 
 from zephon.errors import FormatError, ZephonError
 from zephon.formats.blob import Blob
+from zephon.ops.block import ChunkRows
 from zephon.refs import Cursor, ShardInfo
 
 __all__ = ["DecodeJob", "SkipLedger", "decode_job"]
@@ -82,17 +83,15 @@ def is_failed(item: Any) -> bool:
 class ChunkAssembler:
     """Collects a lane's decoded reads into chunks in slot order.
 
-    ``emit(cursor, items, refs, slots, failed)`` receives each whole chunk; ``failed`` says
-    whether any of its items is a failed placeholder.
+    ``emit(items, rows, failed)`` receives each whole chunk with its provenance in columns;
+    ``failed`` says whether any of its items is a failed placeholder.
     """
 
-    def __init__(
-        self, lane: int, emit: Callable[[Cursor, list[Any], list[Any], np.ndarray, bool], Any]
-    ):
+    def __init__(self, lane: int, emit: Callable[[list[Any], ChunkRows, bool], Any]):
         self.lane = lane
         self._emit = emit
         self._cursor: Cursor | None = None
-        self._parts: list[tuple[Sequence[int], Sequence[Any], Sequence[Any]]] = []
+        self._parts: list[tuple[Sequence[int], Sequence[Any], int, int, Sequence[int]]] = []
         self._failed = False
 
     def add(
@@ -100,14 +99,18 @@ class ChunkAssembler:
         cursor: Cursor,
         slots: Sequence[int],
         items: Sequence[Any],
-        refs: Sequence[Any],
+        dataset: int,
+        shard: int,
+        samples: Sequence[int],
         failed: bool = False,
     ) -> Any:
+        """Add one read: ``items`` are samples ``samples`` of ``(dataset, shard)`` at
+        ``slots`` of the chunk at ``cursor``."""
         out = None
         if self._cursor is not None and cursor.chunk != self._cursor.chunk:
             out = self.flush()
         self._cursor = cursor
-        self._parts.append((slots, items, refs))
+        self._parts.append((slots, items, dataset, shard, samples))
         self._failed |= failed
         return out
 
@@ -118,13 +121,20 @@ class ChunkAssembler:
             return None
         # Each read lists its samples in slot order; reads come in the order of their first
         # slot. Concatenated, they are often in order already (no shuffle, or one read).
+        lengths = [len(p[0]) for p in parts]
         slots = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts])
+        samples = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
+        dataset = np.repeat(np.array([p[2] for p in parts], dtype=np.int64), lengths)
+        shard = np.repeat(np.array([p[3] for p in parts], dtype=np.int64), lengths)
         items = [x for p in parts for x in p[1]] if len(parts) > 1 else list(parts[0][1])
-        refs = [x for p in parts for x in p[2]] if len(parts) > 1 else list(parts[0][2])
         if len(parts) > 1 and not bool((np.diff(slots) > 0).all()):
             order = np.argsort(slots, kind="stable")
-            slots = slots[order]
-            at = order.tolist()
-            items = [items[i] for i in at]
-            refs = [refs[i] for i in at]
-        return self._emit(cursor, items, refs, slots, failed)
+            slots, samples, dataset, shard = (
+                slots[order],
+                samples[order],
+                dataset[order],
+                shard[order],
+            )
+            items = [items[i] for i in order.tolist()]
+        rows = ChunkRows(self.lane, cursor, dataset, shard, samples, slots + 1)
+        return self._emit(items, rows, failed)

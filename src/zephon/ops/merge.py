@@ -76,14 +76,29 @@ async def merge_lanes(
                 if len(items) >= _FLUSH_ITEMS:
                     await flush()
                 continue
-            if len(active) == 1 and buffers[active[0]] is not None:
-                # A single lane: pass its blocks through whole.
-                block, i = buffers[active[0]]  # type: ignore[misc]
-                items.extend(block.items[i:])
-                refs.extend(block.refs[i:])
-                marks.extend(block.marks[i:])
-                buffers[active[0]] = None
+            if len(active) == 1:
+                # A single lane: its blocks go through whole.
+                lane = active[0]
+                entry, buffers[lane] = buffers[lane], None
+                if entry is not None and entry[1] < len(entry[0].items):
+                    block, i = entry
+                    items.extend(block.items[i:])
+                    refs.extend(block.refs[i:])
+                    marks.extend(block.marks[i:])
+                    await flush()
+                    continue
                 await flush()
+                try:
+                    block = await timed_receive(lanes[lane], stats)
+                except StopAsyncIteration:
+                    active.remove(lane)
+                    if names:
+                        finished.add(names[lane])
+                    continue
+                stats.items_in += len(block.items)
+                if block.items:
+                    stats.items_out += len(block.items)
+                    await timed_send(out, block.with_extra(ended=frozenset(finished)), stats)
                 continue
             lane = active[turn % len(active)]
             entry = buffers[lane]

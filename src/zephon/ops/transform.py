@@ -6,7 +6,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from zephon.ops.block import Block
+from zephon.ops.block import Block, Provenance, ref_at
 
 __all__ = ["apply_block", "filter_batch", "map_batch", "run_apply"]
 
@@ -17,36 +17,38 @@ def _describe(ref: Any) -> str:
     return repr(ref)
 
 
-def map_batch(fn: Callable[[Any], Any], items: list[Any], refs: list[Any]) -> list[Any]:
+def map_batch(fn: Callable[[Any], Any], items: list[Any], refs: Provenance) -> list[Any]:
     """``fn`` over a block's items; an error keeps its type and names the sample."""
-    out = []
-    for item, ref in zip(items, refs, strict=True):
-        try:
-            out.append(fn(item))
-        except Exception as exc:
-            exc.add_note(f"zephon: map {getattr(fn, '__name__', fn)!r} failed on {_describe(ref)}")
-            raise
+    out: list[Any] = []
+    append = out.append
+    try:
+        for item in items:
+            append(fn(item))
+    except Exception as exc:
+        where = _describe(ref_at(refs, len(out)))
+        exc.add_note(f"zephon: map {getattr(fn, '__name__', fn)!r} failed on {where}")
+        raise
     return out
 
 
-def filter_batch(pred: Callable[[Any], Any], items: list[Any], refs: list[Any]) -> list[bool]:
-    out = []
-    for item, ref in zip(items, refs, strict=True):
-        try:
-            out.append(bool(pred(item)))
-        except Exception as exc:
-            exc.add_note(
-                f"zephon: filter {getattr(pred, '__name__', pred)!r} failed on {_describe(ref)}"
-            )
-            raise
+def filter_batch(pred: Callable[[Any], Any], items: list[Any], refs: Provenance) -> list[bool]:
+    out: list[bool] = []
+    append = out.append
+    try:
+        for item in items:
+            append(bool(pred(item)))
+    except Exception as exc:
+        where = _describe(ref_at(refs, len(out)))
+        exc.add_note(f"zephon: filter {getattr(pred, '__name__', pred)!r} failed on {where}")
+        raise
     return out
 
 
-def tokenize_batch(tok: Any, items: list[Any], refs: list[Any]) -> list[Any]:
+def tokenize_batch(tok: Any, items: list[Any], refs: Provenance) -> list[Any]:
     try:
         return list(tok.batch(items))
     except Exception as exc:
-        exc.add_note(f"zephon: tokenize failed in a block starting at {_describe(refs[0])}")
+        exc.add_note(f"zephon: tokenize failed in a block starting at {_describe(ref_at(refs, 0))}")
         raise
 
 
@@ -56,13 +58,15 @@ async def apply_block(
     """One block through a map or filter, in process, awaited, or in the worker pool."""
     if kind == "tokenize":
         if pool is not None:
-            results = await pool.run(stage_name, tokenize_batch, fn, block.items, block.refs)
+            results = await pool.run(
+                stage_name, tokenize_batch, fn, block.items, block.provenance()
+            )
         else:
-            results = tokenize_batch(fn, block.items, block.refs)
-        return block.replace(results, block.refs, block.marks)
+            results = tokenize_batch(fn, block.items, block.provenance())
+        return block.with_items(results)
     if pool is not None:
         worker = map_batch if kind == "map" else filter_batch
-        results = await pool.run(stage_name, worker, fn, block.items, block.refs)
+        results = await pool.run(stage_name, worker, fn, block.items, block.provenance())
     elif inspect.iscoroutinefunction(fn):
         results = []
         for item, ref in zip(block.items, block.refs, strict=True):
@@ -75,7 +79,8 @@ async def apply_block(
                 raise
             results.append(bool(value) if kind == "filter" else value)
     else:
-        results = (map_batch if kind == "map" else filter_batch)(fn, block.items, block.refs)
+        worker = map_batch if kind == "map" else filter_batch
+        results = worker(fn, block.items, block.provenance())
     if kind == "map":
         keep = [r is not None for r in results]  # a map returning None drops the sample
         items = [r for r in results if r is not None]
@@ -83,7 +88,7 @@ async def apply_block(
         keep = results
         items = [x for x, k in zip(block.items, keep, strict=True) if k]
     if all(keep):
-        return block.replace(items, block.refs, block.marks)
+        return block.with_items(items)
     refs = [r for r, k in zip(block.refs, keep, strict=True) if k]
     marks = [m for m, k in zip(block.marks, keep, strict=True) if k]
     out = block.replace(items, refs, marks)
