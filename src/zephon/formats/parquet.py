@@ -192,17 +192,24 @@ class ParquetCodec:
             self._tables[key] = table
             while len(self._tables) > _TABLES_KEEP:
                 self._tables.popitem(last=False)
-        start, n = int(positions[0]), len(positions)
-        if int(positions[-1]) - start + 1 == n and (
-            n == 1 or bool((np.diff(positions) == 1).all())
-        ):
-            picked = table.slice(start, n)  # a run of consecutive rows: no copy
-        else:
-            picked = table.take(pa.array(positions, pa.int64()))
-        if picked.num_columns == 0:
+        n = len(positions)
+        low, high = int(positions.min()), int(positions.max()) + 1
+        if table.num_columns == 0:
             return [{} for _ in range(n)]
-        # A struct array builds the row dicts in C: faster than Table.to_pylist.
-        return picked.to_struct_array().to_pylist()  # type: ignore[no-any-return]
+        if high - low > 2 * n:  # sparse picks: copy just those rows
+            picked = table.take(pa.array(positions, pa.int64()))
+            return _to_dicts(picked)
+        # Dense picks (runs of a shuffle block, or all of a range): convert the span once,
+        # with no copy, and pick from it.
+        rows = _to_dicts(table.slice(low, high - low))
+        if high - low == n and int(positions[0]) == low and bool((np.diff(positions) == 1).all()):
+            return rows
+        return [rows[i] for i in (positions - low).tolist()]
+
+
+def _to_dicts(table: pa.Table) -> list[dict[str, Any]]:
+    # A struct array builds the row dicts in C: faster than Table.to_pylist.
+    return table.to_struct_array().to_pylist()  # type: ignore[no-any-return]
 
 
 @lru_cache(maxsize=256)
