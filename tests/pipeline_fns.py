@@ -28,3 +28,41 @@ def die_on_7(sample: dict[str, Any]) -> dict[str, Any]:
 
 def drop_multiples_of_5(sample: dict[str, Any]) -> dict[str, Any] | None:
     return None if sample["id"] % 5 == 0 else sample
+
+
+async def echo_some(stream: Any) -> Any:
+    """A stateless custom op: none, one or two outputs per input."""
+    async for sample in stream:
+        if sample["id"] % 7 == 0:
+            continue
+        yield sample
+        if sample["id"] % 3 == 0:
+            yield {**sample, "id": -sample["id"] - 1}
+
+
+class Delay:
+    """A stateful custom op: a delay line of two samples that numbers its outputs; its state
+    is the two samples held and the count."""
+
+    def __init__(self) -> None:
+        self.held: list[dict[str, Any]] = []
+        self.count = 0
+
+    def state(self) -> dict[str, Any]:
+        return {"held": [dict(h) for h in self.held], "count": self.count}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.held, self.count = [dict(h) for h in state["held"]], state["count"]
+
+    def _out(self) -> dict[str, Any]:
+        oldest = self.held.pop(0)
+        self.count += 1  # updated before the yield: state() right after it must include it
+        return {"id": (self.count, oldest["id"])}
+
+    async def __call__(self, stream: Any) -> Any:
+        async for sample in stream:
+            self.held.append({"id": sample["id"]})
+            if len(self.held) > 2:
+                yield self._out()
+        while self.held:
+            yield self._out()

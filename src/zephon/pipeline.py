@@ -38,7 +38,7 @@ from zephon.storage.gate import CapacityGate
 __all__ = ["Pipeline"]
 
 _LANE_CHANNEL = 4  # blocks buffered between two stages of a lane
-_STATEFUL = ("shuffle", "pack")
+_STATEFUL = ("shuffle", "pack", "apply")
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,15 @@ class Pipeline:
         return self._with(_Op("filter", pred, processes))
 
     def apply(self, op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Pipeline:
-        """A custom operator: ``op(stream) -> stream``, an async generator over items."""
+        """A custom operator: ``op(stream) -> stream``, an async generator over items.
+
+        Runs per lane and resumes exactly from checkpoints. An op with ``state() -> dict``
+        (JSON) and ``restore(dict)`` is stateful: each lane of each run works on its own deep
+        copy, ``state()`` is taken after every output (it must describe everything the op
+        holds at that point, and be cheap). Any other op must be stateless: each output
+        depends only on the latest input taken (a filter or flat-map), so on resume that
+        input is fed again and the outputs already delivered are skipped.
+        """
         return self._with(_Op("apply", op))
 
     def batch(self, size: int, drop_last: bool = False) -> Pipeline:
@@ -347,12 +355,9 @@ class Pipeline:
         Small (a cursor per lane) and free of pickles. Any rank's checkpoint, or
         :meth:`merge_checkpoints` of several, restores on any world size with the same lanes.
 
-        Raises:
-            ConfigError: the pipeline has a custom ``apply`` operator, whose state Zephon
-                cannot see.
+        A custom ``apply`` op is resumed exactly if it is stateless (each output depends only
+        on the latest input) or implements ``state() -> dict`` (JSON) and ``restore(dict)``.
         """
-        if any(op.kind == "apply" for op in self._ops):
-            raise ConfigError("checkpoint() does not support custom apply() operators yet")
         received = self._received
         received.settle()
         lanes: dict[str, Any] = {}
@@ -417,7 +422,7 @@ class Pipeline:
                     self.source.check_state(lane_state, self.lanes)
                 elif state["source"] != self.source.describe():
                     raise StateMismatch("checkpoint was taken from a different work source")
-                ops = tuple(int(x) for x in entry.get("ops", ()))
+                ops = tuple(x if isinstance(x, dict) else int(x) for x in entry.get("ops", ()))
                 if len(ops) != sum(op.kind in _STATEFUL for op in self._ops):
                     raise StateMismatch("checkpoint's operator states do not match the chain")
                 resume[lane] = {"cursor": entry.get("cursor"), "delivered": entry["delivered"],
@@ -809,10 +814,7 @@ class _Run:
                     stats.items_out += len(result.items)
                     await timed_send(out, result, stats)
             else:
-                if op.kind == "batch":
-                    stream = batch_blocks(_counted(source, stats), op.size, op.drop_last, lane)
-                else:
-                    stream = run_apply(op.fn, _counted(source, stats), lane)
+                stream = batch_blocks(_counted(source, stats), op.size, op.drop_last, lane)
                 async for block in stream:
                     stats.items_out += len(block.items)
                     await timed_send(out, block, stats)
@@ -825,13 +827,15 @@ class _Run:
         out: Channel[Block],
         stats: StageStats,
         depth: int,
-        resume: tuple[Mark, int] | None,
+        resume: tuple[Mark, Any] | None,
     ) -> None:
         with closing(out):
             if op.kind == "shuffle":
                 stream = shuffle_blocks(
                     _counted(source, stats), op.size, op.fn, lane, depth, resume
                 )
+            elif op.kind == "apply":
+                stream = run_apply(op.fn, _counted(source, stats), lane, depth, resume)
             else:
                 seq_len, algorithm, pad_id, field, window = op.fn
                 stream = pack_blocks(_counted(source, stats), seq_len, algorithm, pad_id, field,

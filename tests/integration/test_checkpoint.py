@@ -34,7 +34,9 @@ def key(item: Any) -> Any:
     if isinstance(item, dict) and "input_ids" in item and "segment_ids" in item:
         return tuple(np.asarray(item["input_ids"]).ravel().tolist())
     if isinstance(item, dict) and isinstance(item.get("id"), np.ndarray):
-        return tuple(item["id"].tolist())
+        return tuple(map(str, item["id"].tolist()))
+    if isinstance(item, dict) and isinstance(item.get("id"), list):
+        return tuple(map(str, item["id"]))
     return item["id"]
 
 
@@ -52,6 +54,8 @@ CHAINS = {
     "map-filter": lambda p: p.map(fns.double).filter(fns.keep_even),
     "batch": lambda p: p.map(fns.drop_multiples_of_5).batch(7),
     "batch-drop-last": lambda p: p.filter(fns.keep_even).batch(16, drop_last=True),
+    "apply-stateless": lambda p: p.apply(fns.echo_some).shuffle(20),
+    "apply-stateful": lambda p: p.shuffle(30).apply(fns.Delay()).batch(4),
 }
 
 
@@ -88,6 +92,47 @@ def test_resume_from_any_cut_equals_the_uninterrupted_run(
     second.restore(state)
     tail = [key(x) for x in second]
     assert head + tail == full
+
+
+@pytest.mark.parametrize("chain", ["apply-stateless", "apply-stateful"])
+@pytest.mark.parametrize("cut", [0.0, 0.13, 0.5, 0.77, 1.0])
+def test_custom_ops_resume_exactly(datasets: list[Dataset], chain: str, cut: float) -> None:
+    full = [key(x) for x in build(datasets, chain, "block", 2)]
+    k = int(cut * len(full))
+    first = build(datasets, chain, "block", 2)
+    it = iter(first)
+    head = [key(next(it)) for _ in range(k)]
+    state = json.loads(json.dumps(first.checkpoint()))
+    it.close()
+    second = build(datasets, chain, "block", 2)
+    second.restore(state)
+    assert head + [key(x) for x in second] == full
+
+
+def test_a_custom_op_state_needs_a_stateful_op(datasets: list[Dataset]) -> None:
+    first = build(datasets, "apply-stateful", "none", 1)
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = first.checkpoint()
+    it.close()
+    ws = StaticMixtureWorkSource(datasets, {"a": 0.6, "b": 0.4}, seed=5, shuffle="none",
+                                 chunk_size=64, stop_after_passes=2)  # fmt: skip
+    # Same chain shape and labels, but the op is a plain generator with no state().
+    plain = Pipeline(ws, rank=0, world_size=1, lanes=1).shuffle(30)
+    plain = plain.apply(_stateless_named_like_delay()).batch(4)
+    with pytest.raises(StateMismatch):
+        plain.restore(state)
+        next(iter(plain))
+
+
+def _stateless_named_like_delay() -> Any:
+    async def op(stream: Any) -> Any:
+        async for sample in stream:
+            yield sample
+
+    op.__qualname__ = op.__name__ = "Delay"
+    return op
 
 
 async def test_async_iteration_checkpoints_too(datasets: list[Dataset]) -> None:

@@ -19,8 +19,9 @@ __all__ = ["Block", "ChunkRows", "Mark", "Provenance", "SampleRef", "ref_at"]
 
 SampleRef = tuple[int, int, int]  # (dataset, shard, sample): where an item came from
 # A lane position: (lane, chunk cursor or None at the lane's start, pointers of that chunk
-# delivered, states of the stateful ops (shuffle, pack) in order: what they must skip).
-Mark = tuple[int, Cursor | None, int, tuple[int, ...]]
+# delivered, states of the stateful ops (shuffle, pack, apply) in order: what they must skip,
+# or a custom op's {"state": ...}).
+Mark = tuple[int, Cursor | None, int, tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from zephon.ops.block import Block, Provenance, ref_at
+from zephon.errors import StateMismatch
+from zephon.ops.block import Block, Mark, Provenance, ref_at
+from zephon.ops.shuffle import start_mark
 
 __all__ = ["apply_block", "filter_batch", "map_batch", "run_apply"]
 
@@ -97,18 +100,46 @@ async def apply_block(
     return out
 
 
+def is_stateful(op: Any) -> bool:
+    """A custom op is stateful if it has ``state() -> dict`` and ``restore(dict)``."""
+    return callable(getattr(op, "state", None)) and callable(getattr(op, "restore", None))
+
+
 async def run_apply(
     op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]],
     blocks: AsyncIterator[Block],
     lane: int,
+    depth: int = 0,
+    resume: tuple[Mark, Any] | None = None,
 ) -> AsyncIterator[Block]:
-    """Adapt a user's per-item async generator to blocks.
+    """Adapt a user's per-item async generator to blocks, with exact resume.
 
-    The user's generator sees single items. Each output item is tagged with the position of
-    the last input item the generator had taken when it produced it, and outputs are grouped
-    into a new block whenever the generator asks for the next input block.
+    The user's generator sees single items. Outputs are grouped into a new block whenever the
+    generator asks for the next input block. Each output is marked so that a checkpoint taken
+    right after it resumes exactly:
+
+    - a stateful op (``state()``/``restore()``): the position after the last input it took,
+      with ``{"state": op.state()}`` taken right after the output was yielded (every lane,
+      in every run, works on its own deep copy of the op);
+    - any other op is taken to be stateless (its outputs depend only on the latest input): the
+      position *before* that input, with the number of outputs it has produced since, which
+      are skipped when the input is fed again on resume.
     """
-    last: dict[str, Any] = {"mark": None, "ref": None}
+    stateful = is_stateful(op)
+    if stateful:  # each lane, in each run, has its own copy, fresh from the pipeline's
+        op = copy.deepcopy(op)
+    skip = 0
+    if resume is not None:
+        _, entry = resume
+        if isinstance(entry, dict):
+            if not stateful:
+                raise StateMismatch("checkpoint holds a custom op's state; this op has none")
+            op.restore(entry["state"])  # type: ignore[attr-defined]
+        else:
+            skip = int(entry)
+    start = start_mark(lane, depth)
+    # mark: after the last input taken; before: before it; since: outputs produced since.
+    last: dict[str, Any] = {"mark": start, "before": start, "since": 0, "ref": None}
     produced: list[tuple[Any, Any, Any]] = []
     ready: list[Block] = []
 
@@ -118,12 +149,27 @@ async def run_apply(
                 ready.append(_block_of(lane, produced))
                 produced.clear()
             for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
-                last["mark"], last["ref"] = mark, ref
+                last["before"], last["mark"], last["since"], last["ref"] = (
+                    last["mark"],
+                    mark,
+                    0,
+                    ref,
+                )
                 yield item
 
     stream = op(items())
     async for out in stream:
-        produced.append((out, last["ref"], last["mark"]))
+        last["since"] += 1
+        if skip:  # produced before the checkpoint: the consumer has it already
+            skip -= 1
+            continue
+        if stateful:
+            m = last["mark"]
+            mark = (*m[:3], (*m[3], {"state": op.state()}))  # type: ignore[attr-defined]
+        else:
+            b = last["before"]
+            mark = (*b[:3], (*b[3], last["since"]))
+        produced.append((out, last["ref"], mark))
         while ready:
             yield ready.pop(0)
     if produced:
