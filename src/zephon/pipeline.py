@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ __all__ = ["Pipeline"]
 
 _LANE_CHANNEL = 4  # blocks buffered between two stages of a lane
 _STATEFUL = ("shuffle", "pack", "apply")
+_CALIBRATION_SAMPLES = 512  # samples tokenized to measure a dataset's tokens per byte
 
 
 @dataclass(frozen=True)
@@ -402,6 +404,7 @@ class Pipeline:
                 )
         if diffs:
             raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
+        self._adopt_ratios(state.get("source"))
         lanes = state.get("lane_states", {})
         resume: dict[int, dict[str, Any]] = {}
         items: dict[int, int] = {}
@@ -429,6 +432,20 @@ class Pipeline:
                                 "ops": list(ops), "state": lane_state,
                                 "mark": (lane, cursor, int(entry["delivered"]), ops)}  # fmt: skip
         self._resume, self._received = resume, _Received(items, frozenset(ended))
+
+    def _adopt_ratios(self, theirs: Any) -> None:
+        """Take the checkpoint's measured tokens-per-byte ratios (frozen at its first run)
+        for the datasets this source would otherwise measure."""
+        missing = self.source.uncalibrated()
+        if not missing or not isinstance(theirs, dict):
+            return
+        names = [name for name, _ in theirs.get("datasets", [])]
+        ratios = theirs.get("tokens_per_byte")
+        if names != self.source.names or not isinstance(ratios, list):
+            return  # a different curriculum: the checks that follow say how
+        self.source.calibrate(
+            {n: r for n, r in zip(names, ratios, strict=True) if n in missing and r is not None}
+        )
 
     def _merge_start(self) -> tuple[int, list[int]]:
         """Position of the lane whose turn it is, and positions of lanes known to have ended."""
@@ -611,6 +628,11 @@ class _Run:
         budget = CapacityGate(pipe.fetch_budget_bytes)
         self.range_cache = RangeCache(pipe.range_cache_bytes) if pipe.range_cache_bytes else None
         try:
+            try:
+                await self._calibrate()
+            except Exception as exc:
+                self.output.close(exc)
+                return
             async with asyncio.TaskGroup() as tg:
                 outs = [self._lane(tg, lane, budget) for lane in pipe.my_lanes]
                 first, ended = pipe._merge_start()
@@ -639,6 +661,53 @@ class _Run:
                 pool.shutdown()
             for storage in self.storages:
                 await storage.aclose()
+
+    async def _calibrate(self) -> None:
+        """Measure the tokens-per-byte ratio of token-mixture datasets that lack one, with
+        the pipeline's tokenizer, on the first samples of up to eight evenly spaced shards.
+        Deterministic, so every rank measures the same ratios; from then on they belong to
+        the curriculum and are frozen into checkpoints."""
+        source = self.pipe.source
+        missing = set(source.uncalibrated())
+        if not missing:
+            return
+        at = next((i for i, op in enumerate(self.pipe._ops) if op.kind == "tokenize"), None)
+        if at is None:
+            source._ratios()  # raises: says what to do
+            return
+        tok, before = self.pipe._ops[at].fn, self.pipe._ops[:at]
+        if any(op.kind == "apply" or inspect.iscoroutinefunction(op.fn) for op in before
+               if op.kind in ("apply", "map", "filter")):  # fmt: skip
+            raise ConfigError(
+                "cannot measure tokens_per_byte through an async map/filter or apply() before "
+                "tokenize(): pass tokens_per_byte to the work source"
+            )
+        ratios: dict[str, float] = {}
+        for d, ds in enumerate(source.datasets):
+            if ds.name not in missing:
+                continue
+            shards = sorted({int(x) for x in np.linspace(0, len(ds.shards) - 1, 8)})
+            per_shard = max(1, _CALIBRATION_SAMPLES // len(shards))
+            samples: list[Any] = []
+            nbytes = 0.0
+            for shard in shards:
+                picks = list(range(min(per_shard, ds.shards[shard].num_samples)))
+                samples.extend(await ds.aread(self.storages[d], shard, picks))
+                nbytes += float(
+                    source.manifests[d]
+                    .sample_nbytes(np.full(len(picks), shard), np.array(picks, np.int64))
+                    .sum()
+                )
+            for op in before:  # the steps before tokenize, as the pipeline runs them
+                if op.kind == "map":
+                    samples = [y for y in map(op.fn, samples) if y is not None]
+                elif op.kind == "filter":
+                    samples = [x for x in samples if op.fn(x)]
+            # Bytes of every sample planned, tokens of those that reach the tokenizer: the
+            # tokens a planned byte yields on average.
+            tokens = sum(len(s["input_ids"]) for s in tok.batch(samples)) if samples else 0
+            ratios[ds.name] = max(tokens, 1) / max(nbytes, 1.0)
+        source.calibrate(ratios)
 
     def _lane(self, tg: asyncio.TaskGroup, lane: int, budget: CapacityGate) -> Channel[Block]:
         pipe = self.pipe

@@ -105,3 +105,60 @@ def test_shuffle_is_a_deterministic_permutation(docs: Dataset) -> None:
     assert sorted(a) == sorted(plain)
     for w in range(0, 600, 128):  # a window permutes exactly its own items
         assert sorted(a[w : w + 128]) == sorted(plain[w : w + 128])
+
+
+_MIXED: list[Dataset] = []
+
+
+def _mixture(lanes: int = 1) -> Pipeline:
+    if not _MIXED:  # built once: in-memory datasets are distinct objects each time
+        _MIXED.append(
+            Dataset.from_records(
+                "short", [{"id": i, "text": f"s{i}"} for i in range(3000)], samples_per_shard=300
+            )
+        )
+        _MIXED.append(Dataset.from_records(
+            "long", [{"id": 10**6 + i, "text": "word " * (40 + i % 80)} for i in range(400)],
+            samples_per_shard=50,
+        ))  # fmt: skip
+    ws = StaticMixtureWorkSource(_MIXED, {"short": 1, "long": 1}, seed=3,
+                                 mixture_unit="tokens", chunk_size=64)  # fmt: skip
+    return Pipeline(ws, rank=0, world_size=1, lanes=lanes).tokenize("bytes")
+
+
+def test_token_mixture_measures_tokens_per_byte_with_the_pipeline_tokenizer() -> None:
+    p = _mixture()
+    assert p.source.uncalibrated() == ["short", "long"]
+    tokens: Counter[str] = Counter()
+    it = iter(p)
+    for _ in range(1500):
+        s = next(it)
+        tokens["long" if s["id"] >= 10**6 else "short"] += len(s["input_ids"])
+    it.close()
+    ratios = dict(zip(p.source.names, p.source.tokens_per_byte or [], strict=True))
+    # "bytes" gives a token per UTF-8 byte of the text plus BOS and EOS; a sample's bytes are
+    # its JSON line, so the ratio is below one, and the short texts' JSON overhead shows.
+    assert 0 < ratios["short"] < ratios["long"] < 1
+    # Token shares follow the 1:1 weights, though far more short samples are drawn.
+    assert abs(tokens["short"] / tokens["long"] - 1) < 0.1
+
+
+def test_measured_ratios_are_frozen_into_checkpoints() -> None:
+    full = [s["id"] for s in _mixture(lanes=2)]
+    first = _mixture(lanes=2)
+    it = iter(first)
+    head = [next(it)["id"] for _ in range(777)]
+    state = first.checkpoint()
+    it.close()
+    assert state["source"]["tokens_per_byte"] == first.source.tokens_per_byte
+    second = _mixture(lanes=2)
+    second.restore(state)  # adopts the checkpoint's ratios instead of measuring again
+    assert second.source.tokens_per_byte == first.source.tokens_per_byte
+    assert head + [s["id"] for s in second] == full
+
+
+def test_a_token_mixture_without_ratios_or_tokenizer_says_what_to_do() -> None:
+    ws = _mixture().source
+    fresh = StaticMixtureWorkSource(ws.datasets, {"short": 1, "long": 1}, mixture_unit="tokens")
+    with pytest.raises(ConfigError, match="tokens_per_byte for"):
+        list(Pipeline(fresh, rank=0, world_size=1))

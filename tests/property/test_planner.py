@@ -232,13 +232,16 @@ def test_invalid_arguments_name_themselves() -> None:
         ({"exhausted_policy": "loop"}, "exhausted_policy"),
         ({"mixture": {"b": 1.0}}, "mixture names"),
         ({"mixture": {"a": -1}}, "positive"),
-        ({"mixture_unit": "tokens"}, "tokens_per_byte"),
+        ({"tokens_per_byte": {"a": 0.3}}, "only with mixture_unit"),
+        ({"mixture_unit": "tokens", "tokens_per_byte": {"b": 0.3}}, "unknown datasets"),
         ({"stop_after_passes": 0}, "stop_after_passes"),
     ]:
         with pytest.raises(ConfigError, match=match):
             StaticMixtureWorkSource([a], **kwargs)
     with pytest.raises(ConfigError, match="fewer samples than lanes"):
         list(StaticMixtureWorkSource([a]).chunks(0, 16))
+    with pytest.raises(ConfigError, match=r"needs tokens_per_byte for \['a'\]"):
+        list(StaticMixtureWorkSource([a], mixture_unit="tokens").chunks(0, 1))
 
 
 def test_token_mixture_balances_tokens_not_samples() -> None:

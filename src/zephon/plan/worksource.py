@@ -137,7 +137,8 @@ class StaticMixtureWorkSource:
             ``stop_after_passes`` passes) or ``"stop"`` (end when any dataset is exhausted).
         stop_after_passes: passes per dataset; ``None`` for an infinite curriculum.
         mixture_unit: ``"samples"``, or ``"tokens"`` (weights are token shares).
-        tokens_per_byte: per dataset, for token mixtures.
+        tokens_per_byte: per dataset, for token mixtures; datasets left out are measured by
+            the pipeline's ``tokenize`` step before planning (:meth:`calibrate`).
         coalesce_gap_bytes: neighbouring samples of a shard at most this far apart share a read.
         max_request_bytes: a coalesced read grows no larger (a single larger sample still
             gets its own read).
@@ -240,20 +241,49 @@ class StaticMixtureWorkSource:
             raise ConfigError(f"mixture weights must be positive numbers, got {bad}")
         return rational_weights([mixture[n] for n in self.names])
 
-    def _tokens_per_byte(self, given: Mapping[str, float] | None) -> list[float] | None:
+    def _tokens_per_byte(self, given: Mapping[str, float] | None) -> list[float | None] | None:
         if self.mixture_unit != "tokens":
             if given is not None:
                 raise ConfigError("tokens_per_byte applies only with mixture_unit='tokens'")
             return None
         given = dict(given or {})
-        missing = sorted(set(self.names) - set(given))
-        if missing:
-            raise ConfigError(
-                f"mixture_unit='tokens' needs tokens_per_byte for every dataset; missing {missing}"
-            )
+        unknown = sorted(set(given) - set(self.names))
+        if unknown:
+            raise ConfigError(f"tokens_per_byte names unknown datasets {unknown}")
         if any(not v > 0 for v in given.values()):
             raise ConfigError(f"tokens_per_byte must be positive, got {given}")
-        return [float(given[n]) for n in self.names]
+        # Datasets left out are measured later: see calibrate().
+        return [float(given[n]) if n in given else None for n in self.names]
+
+    def uncalibrated(self) -> list[str]:
+        """Datasets of a token mixture whose tokens-per-byte ratio is not known yet."""
+        if self.tokens_per_byte is None:
+            return []
+        return [n for n, r in zip(self.names, self.tokens_per_byte, strict=True) if r is None]
+
+    def calibrate(self, ratios: Mapping[str, float]) -> None:
+        """Set measured tokens-per-byte ratios of the datasets that lack one (given ratios
+        stay). Done once, before planning: from then on the ratios are part of the
+        curriculum (:meth:`describe`), frozen into every checkpoint."""
+        if self.tokens_per_byte is None:
+            raise ConfigError("calibrate() applies only with mixture_unit='tokens'")
+        bad = {k: v for k, v in ratios.items() if k not in self.names or not v > 0}
+        if bad:
+            raise ConfigError(f"calibrate(): unknown datasets or non-positive ratios {bad}")
+        self.tokens_per_byte = [
+            r if r is not None else (float(ratios[n]) if n in ratios else None)
+            for n, r in zip(self.names, self.tokens_per_byte, strict=True)
+        ]
+
+    def _ratios(self) -> list[float]:
+        missing = self.uncalibrated()
+        if missing:
+            raise ConfigError(
+                f"mixture_unit='tokens' needs tokens_per_byte for {missing}: pass them, or add "
+                "a tokenize() step to the pipeline, which measures them"
+            )
+        assert self.tokens_per_byte is not None
+        return [r for r in self.tokens_per_byte if r is not None]
 
     # -- identity and state -----------------------------------------------------------
 
@@ -372,13 +402,14 @@ class StaticMixtureWorkSource:
             (np.empty(0, np.int64), np.empty(0, np.int64)) for _ in range(k)
         ]
         tokens_after = None
+        ratios = self._ratios() if self._tokens is not None else []
         if self._tokens is not None:
-            assert self.tokens_per_byte is not None and cursor.tokens is not None
+            assert cursor.tokens is not None
             upcoming = []
             for d in range(k):
                 located[d] = self._locate(d, cursor.lane, splits[d], counts[d], n)
                 nbytes = self.manifests[d].sample_nbytes(*located[d])
-                upcoming.append(nbytes * self.tokens_per_byte[d])
+                upcoming.append(nbytes * ratios[d])
             picks, _ = self._tokens.picks(cursor.tokens, upcoming, n)
         else:
             assert self._samples is not None
@@ -397,7 +428,7 @@ class StaticMixtureWorkSource:
                 sh, sm = self._locate(int(d), cursor.lane, splits[d], counts[d], int(taken[d]))
             shards[where], samples[where] = sh, sm
         if self._tokens is not None:
-            assert self.tokens_per_byte is not None and cursor.tokens is not None
+            assert cursor.tokens is not None
             tokens_after = tuple(
                 cursor.tokens[d]
                 + float(
@@ -405,7 +436,7 @@ class StaticMixtureWorkSource:
                     .sample_nbytes(located[d][0][: taken[d]], located[d][1][: taken[d]])
                     .sum()
                 )
-                * self.tokens_per_byte[d]
+                * ratios[d]
                 for d in range(k)
             )
         next_cursor = Cursor(
