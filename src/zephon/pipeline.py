@@ -11,6 +11,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
@@ -592,6 +593,7 @@ class _Run:
         self.storages: list[ManagedStorage] = []
         self.ledger = SkipLedger(pipe.max_skipped)
         self.pool: WorkerPool | None = None
+        self.encoder: ThreadPoolExecutor | None = None
         self.range_cache: RangeCache | None = None
         self.stall_s = 0.0
         self.delivered = 0
@@ -659,8 +661,17 @@ class _Run:
             if self.pool is not None:  # idle by now; shutting down takes milliseconds
                 pool, self.pool = self.pool, None
                 pool.shutdown()
+            if self.encoder is not None:  # at most one block's encoding to finish
+                encoder, self.encoder = self.encoder, None
+                encoder.shutdown(wait=True)
             for storage in self.storages:
                 await storage.aclose()
+
+    def _encoder(self) -> ThreadPoolExecutor:
+        """The run's thread for tokenizers that release the GIL (made on first use)."""
+        if self.encoder is None:
+            self.encoder = ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
+        return self.encoder
 
     async def _calibrate(self) -> None:
         """Measure the tokens-per-byte ratio of token-mixture datasets that lack one, with
@@ -878,8 +889,9 @@ class _Run:
             return
         with closing(out):
             if op.kind in ("map", "filter", "tokenize"):
+                executor = self._encoder() if op.kind == "tokenize" else None
                 async for block in _counted(source, stats):
-                    result = await apply_block(op.kind, op.fn, block, None, name)
+                    result = await apply_block(op.kind, op.fn, block, None, name, executor)
                     stats.items_out += len(result.items)
                     await timed_send(out, result, stats)
             else:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.ops.block import Block, Mark
+from zephon.ops.block import Block, Mark, ref_at
 from zephon.ops.shuffle import start_mark, windowed
 
 __all__ = ["PACK_ALGORITHMS", "pack_blocks"]
@@ -33,7 +33,10 @@ def _ids(item: Any, field: str) -> np.ndarray:
         ids = item[field] if isinstance(item, dict) else item
     except KeyError:
         raise ConfigError(f"pack() needs a {field!r} field (tokenize first)") from None
-    return np.asarray(ids, dtype=np.int64).ravel()
+    arr = np.asarray(ids)
+    if arr.dtype.kind not in "iu":
+        arr = arr.astype(np.int64)
+    return arr.ravel()
 
 
 def _row(pieces: list[tuple[np.ndarray, int]], seq_len: int, pad_id: int) -> dict[str, Any]:
@@ -57,9 +60,9 @@ async def _concat(
     """Vectorised per block: the block's documents (after the previous block's unfinished
     row) are laid end to end in flat arrays and cut into rows with numpy."""
     before, offset = resume if resume is not None else (start_mark(lane, depth), 0)
-    carry_ids = np.zeros(0, dtype=np.int64)  # the unfinished row
-    carry_pos = np.zeros(0, dtype=np.int64)
-    carry_doc = np.zeros(0, dtype=np.int64)  # document numbers, negative for carried ones
+    carry_ids = np.zeros(0, dtype=np.int32)  # the unfinished row
+    carry_pos = np.zeros(0, dtype=np.int32)
+    carry_doc = np.zeros(0, dtype=np.int32)  # document numbers, negative for carried ones
     carry_refs: dict[int, Any] = {}
     async for block in blocks:
         if not block.items:
@@ -67,16 +70,21 @@ async def _concat(
         docs = [_ids(item, field) for item in block.items]
         if offset:  # restored mid-document: its first tokens are in rows already delivered
             docs[0] = docs[0][offset:]
-        lengths = np.array([len(d) for d in docs], dtype=np.int64)
-        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-        pos = np.arange(int(lengths.sum()), dtype=np.int64) - starts
+        lengths = np.fromiter(map(len, docs), dtype=np.int32, count=len(docs))
+        total = int(lengths.sum())
+        starts = np.repeat(np.cumsum(lengths, dtype=np.int32) - lengths, lengths)
+        pos = np.arange(total, dtype=np.int32) - starts
         if offset:
             pos[: lengths[0]] += offset
             offset = 0
-        ids = np.concatenate([carry_ids, *docs]) if docs else carry_ids
+        ids = np.concatenate([carry_ids, *docs]).astype(np.int32, copy=False)
         pos = np.concatenate([carry_pos, pos])
-        doc = np.concatenate([carry_doc, np.repeat(np.arange(len(docs)), lengths)])
-        refs_of = {**carry_refs, **dict(enumerate(block.refs))}
+        doc = np.concatenate([carry_doc, np.repeat(np.arange(len(docs), dtype=np.int32), lengths)])
+        provenance = block.provenance()
+
+        def ref(d: int) -> Any:
+            return carry_refs[d] if d < 0 else ref_at(provenance, d)  # noqa: B023
+
         full = len(ids) // seq_len
         rows, row_refs, row_marks = [], [], []
         if full:
@@ -86,29 +94,27 @@ async def _concat(
             r_doc = doc[:n].reshape(full, seq_len)
             change = np.ones_like(r_doc, dtype=bool)
             change[:, 1:] = r_doc[:, 1:] != r_doc[:, :-1]
-            seg = np.cumsum(change, axis=1)
-            for r in range(full):
-                rows.append({"input_ids": r_ids[r].astype(np.int32),
-                             "positions": r_pos[r].astype(np.int32),
-                             "segment_ids": seg[r].astype(np.int32)})  # fmt: skip
-                first_doc, last_doc = int(r_doc[r, 0]), int(r_doc[r, -1])  # docs are in order
-                row_refs.append(
-                    [refs_of[d] for d in range(first_doc, last_doc + 1) if d in refs_of]
-                )
+            seg = np.cumsum(change, axis=1, dtype=np.int32)
+            first_docs, last_docs = r_doc[:, 0].tolist(), r_doc[:, -1].tolist()
+            for r in range(full):  # rows are views of the block's arrays: no copy per row
+                rows.append({"input_ids": r_ids[r], "positions": r_pos[r],
+                             "segment_ids": seg[r]})  # fmt: skip
+                row_refs.append([ref(d) for d in range(first_docs[r], last_docs[r] + 1)
+                                 if d >= 0 or d in carry_refs])  # fmt: skip
                 t = (r + 1) * seq_len  # where the next row starts
                 if t < len(ids) and pos[t] > 0:  # ... inside document doc[t]
                     d = int(doc[t])
-                    prev = block.marks[d - 1] if d > 0 else before
+                    prev = block.mark(d - 1) if d > 0 else before
                     row_marks.append((*prev[:3], (*prev[3], int(pos[t]))))
                 else:  # ... at the start of the document after doc[t - 1]
                     d = int(doc[t - 1])
-                    prev = block.marks[d] if d >= 0 else before
+                    prev = block.mark(d) if d >= 0 else before
                     row_marks.append((*prev[:3], (*prev[3], 0)))
         rest = slice(full * seq_len, None)
-        carry_ids, carry_pos = ids[rest], pos[rest]
+        carry_ids, carry_pos = ids[rest].copy(), pos[rest].copy()
+        carry_refs = {int(d) - len(docs): ref(int(d)) for d in np.unique(doc[rest])}
         carry_doc = doc[rest] - len(docs)
-        carry_refs = {int(d) - len(docs): refs_of[int(d)] for d in np.unique(doc[rest])}
-        before = block.marks[-1]
+        before = block.mark(len(block.items) - 1)
         if rows:
             yield Block(lane, rows, row_refs, row_marks)
     if len(carry_ids):

@@ -47,6 +47,9 @@ class Tokenize:
             tokenizer = Tokenizer.from_file(tokenizer)
         self.tokenizer = tokenizer
         self.kind = self._kind(tokenizer)
+        # Rust encoders (tokenizers, tiktoken, fast transformers tokenizers) release the GIL:
+        # in process, the pipeline runs them on a thread of its own.
+        self.releases_gil = self.kind != "bytes"
         self.field = field
         if max_length is not None and max_length < 1:
             raise ConfigError(f"max_length must be >= 1 or None, got {max_length}")
@@ -114,18 +117,18 @@ class Tokenize:
             texts = [s[self.field] for s in samples]
         except (KeyError, TypeError):
             raise ConfigError(f"tokenize(): samples have no {self.field!r} text field") from None
-        out = []
         bos, eos = self.bos, self.eos
-        head = 1 if bos is not None else 0
-        tail = 1 if eos is not None else 0
-        for sample, ids in zip(samples, self.encode(texts), strict=True):
-            arr = np.empty(len(ids) + head + tail, dtype=np.int32)
-            arr[head : head + len(ids)] = ids
-            if bos is not None:
-                arr[0] = bos
-            if eos is not None:
-                arr[-1] = eos
-            if self.max_length is not None:
-                arr = arr[: self.max_length]
-            out.append({**sample, "input_ids": arr})
+        head = [bos] if bos is not None else []
+        tail = [eos] if eos is not None else []
+        if self.kind == "bytes":  # straight from the UTF-8 buffer, no list of ints
+            h, t = np.array(head, np.int32), np.array(tail, np.int32)
+            arrays = [np.concatenate((h, np.frombuffer(x.encode("utf-8"), np.uint8), t),
+                                     dtype=np.int32) for x in texts]  # fmt: skip
+        elif head or tail:
+            arrays = [np.array([*head, *ids, *tail], dtype=np.int32) for ids in self.encode(texts)]
+        else:
+            arrays = [np.array(ids, dtype=np.int32) for ids in self.encode(texts)]
+        if self.max_length is not None:
+            arrays = [a[: self.max_length] for a in arrays]
+        out = [{**sample, "input_ids": a} for sample, a in zip(samples, arrays, strict=True)]
         return out

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from zephon.errors import StateMismatch
@@ -56,11 +58,23 @@ def tokenize_batch(tok: Any, items: list[Any], refs: Provenance) -> list[Any]:
 
 
 async def apply_block(
-    kind: str, fn: Callable[[Any], Any], block: Block, pool: Any, stage_name: str
+    kind: str,
+    fn: Callable[[Any], Any],
+    block: Block,
+    pool: Any,
+    stage_name: str,
+    executor: Executor | None = None,
 ) -> Block:
     """One block through a map or filter, in process, awaited, or in the worker pool."""
     if kind == "tokenize":
-        if pool is not None:
+        if pool is None and executor is not None and getattr(fn, "releases_gil", False):
+            # The encoder runs without the GIL: the loop decodes and packs other blocks
+            # meanwhile.
+            loop = asyncio.get_running_loop()
+            results = await loop.run_in_executor(
+                executor, tokenize_batch, fn, block.items, block.provenance()
+            )
+        elif pool is not None:
             results = await pool.run(
                 stage_name, tokenize_batch, fn, block.items, block.provenance()
             )
