@@ -76,6 +76,36 @@ def test_concat_packing_loses_no_tokens(docs: Dataset) -> None:
             assert (np.diff(p) == 1).all()
 
 
+def test_transformers_tokenizers_are_accepted(docs: Dataset, bpe: Path) -> None:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_file(str(bpe))
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    expected = [[bos, *e.ids, eos] for e in tok.encode_batch(TEXTS, add_special_tokens=False)]
+    out = list(pipe(docs).tokenize(hf))
+    assert [s["input_ids"].tolist() for s in out] == expected
+
+
+def test_tiktoken_encodings_are_accepted(docs: Dataset) -> None:
+    import tiktoken
+
+    # Built offline: byte-level ranks plus a few merges, and two special tokens.
+    ranks = {bytes([i]): i for i in range(256)}
+    for word in (b"lo", b"lorem", b"ip", b"ipsum"):
+        for k in range(2, len(word) + 1):
+            ranks.setdefault(word[:k], len(ranks))
+    enc = tiktoken.Encoding(
+        "zephon-test", pat_str=r"\S+|\s+", mergeable_ranks=ranks,
+        special_tokens={"<|startoftext|>": 1000, "<|endoftext|>": 1001},
+    )  # fmt: skip
+    expected = [[1000, *ids, 1001] for ids in enc.encode_ordinary_batch(TEXTS)]
+    assert any(len(e) < len(t) + 2 for e, t in zip(expected, TEXTS, strict=True))  # merged
+    out = list(pipe(docs).tokenize(enc))
+    assert [s["input_ids"].tolist() for s in out] == expected
+
+
 @pytest.mark.parametrize("algorithm", ["first_fit", "best_fit"])
 def test_fit_packing_never_splits_short_documents(docs: Dataset, algorithm: str) -> None:
     seq = 96

@@ -81,6 +81,10 @@ class Tokenize:
             return int(value)
         if self.kind == "bytes":
             return byte_id
+        if self.kind == "transformers":  # a transformers tokenizer names its own
+            own = getattr(self.tokenizer, f"{what}_token_id", None)
+            if own is not None:
+                return int(own)
         for name in names:
             found = self._token_id(name)
             if found is not None:
