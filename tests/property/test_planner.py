@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zephon.errors import ConfigError, StateMismatch
@@ -92,6 +92,7 @@ def test_pure_function(sizes: list[int], shuffle: str, seed: int, lanes: int, ch
 @SETTINGS
 @given(manifests, shuffles, st.integers(0, 1000), st.integers(1, 4), st.integers(1, 3),
        st.integers(1, 50))  # fmt: skip
+@example([21], "block", 0, 1, 2, 1)  # one shard, chunk 1: runs once spanned the whole dataset
 def test_every_pass_covers_every_sample_once_across_disjoint_lanes(
     sizes: list[int], shuffle: str, seed: int, lanes: int, passes: int, chunk: int
 ) -> None:

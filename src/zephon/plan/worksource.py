@@ -73,7 +73,7 @@ _RUN_TARGET_BYTES = 4 << 20
 def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
     """Samples kept together by block shuffling: for Parquet a row group (its read unit); for
     record formats enough samples for reads of about 4 MiB (every read costs a request), but
-    at least a sixteenth of a chunk and at most a quarter of a block. The result divides
+    at least a sixteenth of a chunk and at most a quarter of a block (or of the dataset). The result divides
     ``chunk_size`` or is a multiple of it, as :class:`DatasetOrder` needs."""
     rows = [
         int(np.median(np.diff(x.row_starts)))
@@ -87,7 +87,8 @@ def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
     else:
         sample_bytes = _mean_sample_bytes(manifest)
         want = max(chunk_size // 16, math.ceil(_RUN_TARGET_BYTES / max(1.0, sample_bytes)))
-    want = max(1, min(want, block_size // 4 or 1))
+    # A block (or a dataset smaller than one) holds at least four runs to move around.
+    want = max(1, min(want, min(block_size, manifest.num_samples) // 4 or 1))
     if want >= chunk_size:
         return chunk_size * (want // chunk_size)
     return max(d for d in range(1, want + 1) if chunk_size % d == 0)
