@@ -13,29 +13,36 @@ from zephon.ops.block import Block
 __all__ = ["batch_blocks", "collate"]
 
 
+_NUMBERS = {int, float, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+            np.uint32, np.uint64, np.float16, np.float32, np.float64}  # fmt: skip
+
+
 def _column(values: list[Any]) -> Any:
-    first = values[0]
-    if isinstance(first, bool | np.bool_) and all(isinstance(v, bool | np.bool_) for v in values):
-        return np.array(values, dtype=bool)
-    if isinstance(first, numbers.Number) and all(
-        isinstance(v, numbers.Number) and not isinstance(v, bool) for v in values
-    ):
+    types = set(map(type, values))  # one pass in C; the common cases need nothing more
+    if types <= _NUMBERS:
         return np.asarray(values)
-    if isinstance(first, np.ndarray) and all(
-        isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype
-        for v in values
-    ):
-        return np.stack(values)
+    if types <= {bool, np.bool_}:
+        return np.array(values, dtype=bool)
+    if types == {np.ndarray}:
+        first = values[0]
+        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
+            return np.stack(values)
+        return values
+    if all(isinstance(v, numbers.Number) and not isinstance(v, bool | np.bool_) for v in values):
+        return np.asarray(values)  # other numeric types (Decimal, Fraction...)
     return values
 
 
 def collate(samples: Sequence[Any]) -> Any:
     """A list of samples as a dict of columns: numpy arrays for numeric fields of equal shape,
     lists otherwise. Non-dict samples collate as one column."""
-    if samples and all(isinstance(s, dict) for s in samples):
+    if samples and set(map(type, samples)) == {dict}:
         keys = list(samples[0])
-        if all(list(s) == keys for s in samples):
-            return {k: _column([s[k] for s in samples]) for k in keys}
+        if all(len(s) == len(keys) for s in samples):
+            try:
+                return {k: _column([s[k] for s in samples]) for k in keys}
+            except KeyError:
+                pass  # same number of keys, different keys: the general case below
         return {
             k: [s.get(k) for s in samples] for k in dict.fromkeys(k for s in samples for k in s)
         }
@@ -45,22 +52,36 @@ def collate(samples: Sequence[Any]) -> Any:
 async def batch_blocks(
     blocks: AsyncIterator[Block], size: int, drop_last: bool, lane: int
 ) -> AsyncIterator[Block]:
-    """Batches of ``size`` samples, one output block per input block that completes any."""
-    items: list[Any] = []
-    refs: list[Any] = []
+    """Batches of ``size`` samples, one output block per input block that completes any. A
+    batch's mark is its last sample's; a partial batch carries over to the next block."""
+    held: list[Any] = []  # a partial batch
+    held_refs: list[Any] = []
     mark: Any = None
     async for block in blocks:
+        items, n = block.items, len(block.items)
+        if not n:
+            continue
+        refs = block.refs
         out_items, out_refs, out_marks = [], [], []
-        for item, ref, m in zip(block.items, block.refs, block.marks, strict=True):
-            items.append(item)
-            refs.append(ref)
-            mark = m
-            if len(items) == size:
-                out_items.append(collate(items))
-                out_refs.append(refs)
+        i = 0
+        if held:
+            i = min(size - len(held), n)
+            held += items[:i]
+            held_refs += refs[:i]
+            mark = block.mark(i - 1)
+            if len(held) == size:
+                out_items.append(collate(held))
+                out_refs.append(held_refs)
                 out_marks.append(mark)
-                items, refs = [], []
+                held, held_refs = [], []
+        while i + size <= n:
+            out_items.append(collate(items[i : i + size]))
+            out_refs.append(refs[i : i + size])
+            out_marks.append(block.mark(i + size - 1))
+            i += size
+        if i < n:
+            held, held_refs, mark = items[i:], refs[i:], block.mark(n - 1)
         if out_items:
             yield Block(lane, out_items, out_refs, out_marks)
-    if items and not drop_last:
-        yield Block(lane, [collate(items)], [refs], [mark])
+    if held and not drop_last:
+        yield Block(lane, [collate(held)], [held_refs], [mark])

@@ -73,8 +73,8 @@ _RUN_TARGET_BYTES = 4 << 20
 def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
     """Samples kept together by block shuffling: for Parquet a row group (its read unit); for
     record formats enough samples for reads of about 4 MiB (every read costs a request), but
-    at least a sixteenth of a chunk and at most a quarter of a block (or of the dataset). The result divides
-    ``chunk_size`` or is a multiple of it, as :class:`DatasetOrder` needs."""
+    at least a sixteenth of a chunk and at most a quarter of a block (or of the dataset). The
+    result divides ``chunk_size`` or is a multiple of it, as :class:`DatasetOrder` needs."""
     rows = [
         int(np.median(np.diff(x.row_starts)))
         for x in manifest.layouts[:64]
