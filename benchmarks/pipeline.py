@@ -18,7 +18,6 @@ import asyncio
 import io
 import json
 import random
-import resource
 import statistics
 import string
 import subprocess
@@ -32,6 +31,7 @@ import pyarrow.parquet as pq
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
+from peak_rss import peak_rss_mb
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.testing import MotoServer, S3Endpoint
 
@@ -186,7 +186,7 @@ def memory_child(endpoint_url: str, budget_mb: int) -> None:
         return n
 
     n = asyncio.run(run())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = peak_rss_mb()
     size = sum(s.size_bytes for s in ds.shards) / 2**20
     print(json.dumps({"samples": n, "dataset_mb": size, "peak_rss_mb": rss}))
 

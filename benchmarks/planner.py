@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
+
+from peak_rss import peak_rss_mb
 
 
 def child(mode: str, pointers: int, shards: int, samples: int, lanes: int, mix: bool) -> None:
@@ -44,7 +45,7 @@ def child(mode: str, pointers: int, shards: int, samples: int, lanes: int, mix: 
         if made >= pointers:
             break
     objects_s = time.perf_counter() - started
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     print(json.dumps({"pps": planned / plan_s, "objects_pps": made / objects_s,
                       "req_per_chunk": reads * 1024 / planned, "rss_mb": rss_mb}))  # fmt: skip
 
