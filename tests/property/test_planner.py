@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zephon.errors import ConfigError, StateMismatch
-from zephon.formats.index import RecordIndex
+from zephon.formats.index import RecordIndex, RowGroupIndex
 from zephon.plan import Manifest, StaticMixtureWorkSource
-from zephon.plan.permute import permute
+from zephon.plan.permute import permute, permute_keyed
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 shuffles = st.sampled_from(["none", "shards", "block", "global"])
@@ -71,6 +71,19 @@ async def collect(ws: StaticMixtureWorkSource, lane: int, lanes: int, **kw: Any)
 def test_permutation_is_a_bijection(n: int, key: int) -> None:
     image = permute(np.arange(n), n, key)
     assert sorted(image.tolist()) == list(range(n))
+
+
+@given(st.integers(1, 3000), st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5),
+       st.data())  # fmt: skip
+def test_keyed_permutations_at_once_equal_one_at_a_time(
+    n: int, keys: list[int], data: st.DataObject
+) -> None:
+    which = np.array(data.draw(st.lists(st.integers(0, len(keys) - 1), max_size=200)), np.int64)
+    indices = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=len(which),
+                                          max_size=len(which))), np.int64)  # fmt: skip
+    pairs = zip(indices.tolist(), which.tolist(), strict=True)
+    expected = [int(permute(np.array([i]), n, keys[w])[0]) for i, w in pairs]
+    assert permute_keyed(indices, n, keys, which).tolist() == expected
 
 
 @SETTINGS
@@ -174,6 +187,67 @@ def test_coalesced_requests_cover_exactly_the_samples(
             assert list(r.slots) == sorted(r.slots)  # curriculum order within a request
             if len(r.samples) > 1:
                 assert stop - start <= max_bytes + 400  # bounded (one sample may overflow)
+
+
+def row_groups(name: str, sizes: list[int], rows: int) -> Manifest:
+    """A manifest of Parquet-like shards: row groups of ``rows`` rows are the read units."""
+    layouts = []
+    for n in sizes:
+        starts = np.array([*range(0, n, rows), n], dtype=np.int64)
+        groups = len(starts) - 1
+        spans = np.arange(groups + 1, dtype=np.int64) * 1000
+        chunks = np.stack([spans[:-1], spans[1:]], axis=1).reshape(groups, 1, 2)
+        layouts.append(RowGroupIndex(starts, chunks, b"", np.full(groups, 1000, np.int64)))
+    return Manifest(
+        name,
+        f"{name}-{sizes}-{rows}",
+        np.array(sizes, dtype=np.int64),
+        [f"memory://t/{name}/{i}" for i in range(len(sizes))],
+        ["1"] * len(sizes),
+        layouts,
+    )
+
+
+@SETTINGS
+@given(manifests, shuffles, st.sampled_from([1, 2, 3]), st.integers(1, 40),
+       st.sampled_from(["repeat", "stop"]), st.integers(1, 9), st.integers(2, 7),
+       st.sampled_from(["a", "b", "abc"]))  # fmt: skip
+def test_chunks_planned_together_equal_chunks_planned_one_by_one(
+    sizes: list[int],
+    shuffle: str,
+    lanes: int,
+    chunk: int,
+    policy: str,
+    at_once: int,
+    rows: int,
+    names: str,
+) -> None:
+    import zephon.plan.worksource as worksource
+
+    def plan(count: int) -> list[Any]:
+        every = {"a": ragged("a", sizes, 1), "b": row_groups("b", sizes[::-1], rows),
+                 "c": ragged("c", [7, 3], 2)}  # fmt: skip
+        ws = StaticMixtureWorkSource(
+            [every[x] for x in names],
+            mixture={"a": 3, "b": 2, "c": 1} if len(names) > 1 else None,
+            shuffle=shuffle, chunk_size=chunk,
+            exhausted_policy=policy, stop_after_passes=2, seed=11,
+        )  # fmt: skip
+        saved = worksource._CHUNKS_AT_ONCE
+        worksource._CHUNKS_AT_ONCE = count
+        try:
+            return [
+                (c.cursor, c.next_cursor, c.datasets.tolist(), c.shards.tolist(),
+                 c.samples.tolist(), c.requests)
+                for lane in range(lanes) for c in ws.chunks(lane, lanes)
+            ]  # fmt: skip
+        finally:
+            worksource._CHUNKS_AT_ONCE = saved
+
+    if sum(sizes) < lanes:
+        return
+    one_by_one = plan(1)
+    assert one_by_one and plan(at_once) == one_by_one
 
 
 @SETTINGS

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.index import RowGroupIndex
+from zephon.plan.arrays import distinct
 from zephon.refs import ShardInfo
 
 __all__ = ["FOOTER_PROBE_BYTES", "ParquetCodec", "footer_length", "index_from_footer"]
@@ -149,62 +150,66 @@ class ParquetCodec:
     ) -> list[dict[str, Any]]:
         if not samples:
             return []
-        md = _cached_metadata(index.footer, shard.size_bytes)
-        full = Blob([*blob.parts, (shard.size_bytes - len(index.footer), index.footer)])
-        source = pq.ParquetFile(_SparseFile(shard.size_bytes, full), metadata=md)
-        wanted = np.asarray(samples, dtype=np.int64)
-        groups = np.searchsorted(index.row_starts, wanted, side="right") - 1
-        first_group = int(groups[0])
-        if (groups == first_group).all():  # the usual case: one row group
-            first = int(index.row_starts[first_group])
-            return self._rows(shard, source, first_group, first, wanted - first)
-        out: list[Any] = [None] * len(wanted)
-        for g in np.unique(groups).tolist():
-            at = np.flatnonzero(groups == g)
-            first = int(index.row_starts[g])
-            rows = self._rows(shard, source, g, first, wanted[at] - first)
-            for i, row in zip(at.tolist(), rows, strict=True):
-                out[i] = row
-        return out
+        source: pq.ParquetFile | None = None
 
-    def _rows(
-        self,
-        shard: ShardInfo,
-        source: pq.ParquetFile,
-        group: int,
-        first: int,
-        positions: np.ndarray,
-    ) -> list[dict[str, Any]]:
-        """Rows at ``positions`` (in that order) of row group ``group`` (whose first row is
-        sample ``first``) as dicts."""
-        key = (shard.uri, shard.version, group)
-        table = self._tables.get(key)
-        if table is None:
+        def table(group: int) -> pa.Table:
+            nonlocal source
+            key = (shard.uri, shard.version, group)
+            cached = self._tables.get(key)
+            if cached is not None:
+                return cached
+            if source is None:  # only when a row group has to be read
+                md = _cached_metadata(index.footer, shard.size_bytes)
+                full = Blob([*blob.parts, (shard.size_bytes - len(index.footer), index.footer)])
+                source = pq.ParquetFile(_SparseFile(shard.size_bytes, full), metadata=md)
             try:
-                table = source.read_row_group(group, columns=self.columns)
+                read = source.read_row_group(group, columns=self.columns)
             except (OSError, pa.ArrowException, KeyError) as exc:
                 raise FormatError(
                     f"cannot decode row group {group} ({type(exc).__name__}: {exc})",
                     dataset=self.dataset,
                     uri=shard.uri,
-                    sample=first,
+                    sample=int(index.row_starts[group]),
                 ) from None
-            self._tables[key] = table
+            self._tables[key] = read
             while len(self._tables) > _TABLES_KEEP:
                 self._tables.popitem(last=False)
-        n = len(positions)
-        low, high = int(positions.min()), int(positions.max()) + 1
-        if table.num_columns == 0:
-            return [{} for _ in range(n)]
-        if high - low > 2 * n:  # sparse picks: copy just those rows
-            picked = table.take(pa.array(positions, pa.int64()))
-            return _to_dicts(picked)
-        # Dense picks (runs of a shuffle block, or all of a range): convert the span once,
-        # with no copy, and pick from it.
-        rows = _to_dicts(table.slice(low, high - low))
-        if high - low == n and int(positions[0]) == low and bool((np.diff(positions) == 1).all()):
-            return rows
-        return [rows[i] for i in (positions - low).tolist()]
+            return read
+
+        wanted = np.asarray(samples, dtype=np.int64)
+        low, high = int(wanted.min()), int(wanted.max())
+        first_group, last_group = (
+            np.searchsorted(index.row_starts, (low, high), side="right") - 1
+        ).tolist()
+        if first_group == last_group:  # the usual case: one row group
+            first = int(index.row_starts[first_group])
+            return _pick(table(first_group), wanted - first, low - first, high - first)
+        groups = np.searchsorted(index.row_starts, wanted, side="right") - 1
+        out: list[Any] = [None] * len(wanted)
+        for g in distinct(groups):
+            at = np.flatnonzero(groups == g)
+            first = int(index.row_starts[g])
+            positions = wanted[at] - first
+            rows = _pick(table(g), positions, int(positions.min()), int(positions.max()))
+            for i, row in zip(at.tolist(), rows, strict=True):
+                out[i] = row
+        return out
+
+
+def _pick(table: pa.Table, positions: np.ndarray, low: int, high: int) -> list[dict[str, Any]]:
+    """Rows at ``positions`` (in that order; ``low``/``high`` their extremes) as dicts."""
+    n = len(positions)
+    if table.num_columns == 0:
+        return [{} for _ in range(n)]
+    span = high - low + 1
+    if span > 2 * n:  # sparse picks: copy just those rows
+        return _to_dicts(table.take(pa.array(positions, pa.int64())))
+    # Dense picks (runs of a shuffle block, or all of a range): convert the span once, with
+    # no copy, and pick from it. n rows ascending within a span of n rows are the span.
+    rows = _to_dicts(table.slice(low, span))
+    if span == n and (n < 2 or bool((positions[1:] > positions[:-1]).all())):
+        return rows
+    return [rows[i] for i in (positions - low).tolist()]
 
 
 def _to_dicts(table: pa.Table) -> list[dict[str, Any]]:

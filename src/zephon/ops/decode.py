@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -121,20 +122,29 @@ class ChunkAssembler:
             return None
         # Each read lists its samples in slot order; reads come in the order of their first
         # slot. Concatenated, they are often in order already (no shuffle, or one read).
-        lengths = [len(p[0]) for p in parts]
-        slots = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts])
-        samples = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
-        dataset = np.repeat(np.array([p[2] for p in parts], dtype=np.int64), lengths)
-        shard = np.repeat(np.array([p[3] for p in parts], dtype=np.int64), lengths)
-        items = [x for p in parts for x in p[1]] if len(parts) > 1 else list(parts[0][1])
-        if len(parts) > 1 and not bool((np.diff(slots) > 0).all()):
-            order = np.argsort(slots, kind="stable")
-            slots, samples, dataset, shard = (
-                slots[order],
-                samples[order],
-                dataset[order],
-                shard[order],
-            )
-            items = [items[i] for i in order.tolist()]
+        if len(parts) == 1:
+            p_slots, p_items, p_dataset, p_shard, p_samples = parts[0]
+            n = len(p_slots)
+            slots = np.asarray(p_slots, dtype=np.int64)
+            samples = np.asarray(p_samples, dtype=np.int64)
+            dataset = np.full(n, p_dataset, dtype=np.int64)
+            shard = np.full(n, p_shard, dtype=np.int64)
+            items = list(p_items)
+        else:
+            lengths = [len(p[0]) for p in parts]
+            slots = np.fromiter(chain.from_iterable(p[0] for p in parts), np.int64)
+            samples = np.fromiter(chain.from_iterable(p[4] for p in parts), np.int64)
+            dataset = np.repeat(np.array([p[2] for p in parts], dtype=np.int64), lengths)
+            shard = np.repeat(np.array([p[3] for p in parts], dtype=np.int64), lengths)
+            items = list(chain.from_iterable(p[1] for p in parts))
+            if not bool((slots[1:] > slots[:-1]).all()):
+                order = np.argsort(slots, kind="stable")
+                slots, samples, dataset, shard = (
+                    slots[order],
+                    samples[order],
+                    dataset[order],
+                    shard[order],
+                )
+                items = [items[i] for i in order.tolist()]
         rows = ChunkRows(self.lane, cursor, dataset, shard, samples, slots + 1)
         return self._emit(items, rows, failed)

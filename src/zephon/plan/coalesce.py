@@ -20,7 +20,7 @@ from zephon.plan.arrays import distinct
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
-__all__ = ["PlannedReads", "coalesce"]
+__all__ = ["PlannedReads", "coalesce", "coalesce_chunks"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -78,8 +78,29 @@ def coalesce(
     gap_bytes: int,
     max_bytes: int,
 ) -> PlannedReads:
+    """The reads of one chunk."""
+    (reads,) = coalesce_chunks(
+        manifests, datasets, shards, samples, gap_bytes, max_bytes, max(1, len(datasets))
+    )
+    return reads
+
+
+def coalesce_chunks(
+    manifests: Sequence[Manifest],
+    datasets: np.ndarray,
+    shards: np.ndarray,
+    samples: np.ndarray,
+    gap_bytes: int,
+    max_bytes: int,
+    chunk_size: int,
+) -> list[PlannedReads]:
+    """The reads of consecutive chunks at once: pointers ``[j * chunk_size, (j + 1) *
+    chunk_size)`` form chunk ``j`` (the last may be shorter). No read spans two chunks; each
+    chunk's reads are exactly what :func:`coalesce` gives for it alone, for a fraction of
+    the numpy calls per chunk."""
     n = len(datasets)
     slots = np.arange(n, dtype=np.int64)
+    chunk = slots // chunk_size
     starts = np.zeros(n, np.int64)
     stops = np.zeros(n, np.int64)
     units = np.full(n, -1, np.int64)  # >= 0 marks a unit read (row group or whole shard)
@@ -100,15 +121,20 @@ def coalesce(
             else:
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
-    order = np.lexsort((starts, units, shards, datasets))
-    d_s, sh_s, u_s = datasets[order], shards[order], units[order]
+    order = np.lexsort((starts, units, shards, datasets, chunk))
+    c_s, d_s, sh_s, u_s = chunk[order], datasets[order], shards[order], units[order]
     st_s, sp_s = starts[order], stops[order]
     new = np.ones(n, dtype=bool)
     if n > 1:
-        same_shard = (d_s[1:] == d_s[:-1]) & (sh_s[1:] == sh_s[:-1]) & (u_s[1:] == u_s[:-1])
+        same_shard = (
+            (c_s[1:] == c_s[:-1])
+            & (d_s[1:] == d_s[:-1])
+            & (sh_s[1:] == sh_s[:-1])
+            & (u_s[1:] == u_s[:-1])
+        )
         # Furthest byte reached so far *within the shard*: a running maximum restarted at each
         # shard by lifting every shard onto its own range of values.
-        shard_id = np.cumsum(np.r_[True, ~same_shard]) - 1
+        shard_id = np.concatenate(([0], np.cumsum(~same_shard)))
         lift = shard_id.astype(np.int64) << 42
         running_stop = np.maximum.accumulate(np.where(u_s < 0, sp_s, 0) + lift) - lift
         close = (st_s[1:] - running_stop[:-1]) <= gap_bytes
@@ -116,41 +142,57 @@ def coalesce(
     group = np.cumsum(new) - 1
     # Split groups that grew past max_bytes: a new read every max_bytes from the group start.
     first_start = st_s[new][group]
-    piece = np.where(u_s < 0, (sp_s - first_start - 1) // max_bytes, 0)
-    piece = np.maximum(piece, 0)
+    piece = np.maximum(np.where(u_s < 0, (sp_s - first_start - 1) // max_bytes, 0), 0)
     new2 = new.copy()
     if n > 1:
         new2[1:] |= (group[1:] == group[:-1]) & (piece[1:] != piece[:-1])
     seg = np.cumsum(new2) - 1
+    heads_sorted = np.flatnonzero(new2)
 
-    # Within each segment, curriculum (slot) order; segments by their first slot.
+    # Within each segment, curriculum (slot) order; segments by their first slot (so by chunk,
+    # as segment ids are).
     slot_s = slots[order]
     by_slot = np.lexsort((slot_s, seg))
     seg_b = seg[by_slot]
-    bounds = np.flatnonzero(np.r_[True, seg_b[1:] != seg_b[:-1], True])
+    is_head = np.ones(n, dtype=bool)
+    is_head[1:] = seg_b[1:] != seg_b[:-1]
+    bounds = np.append(np.flatnonzero(is_head), n)
     final_slots = slot_s[by_slot]
     final_samples = samples[order][by_slot]
     heads = bounds[:-1]
-    seg_first_slot = final_slots[heads]
     seg_ids = seg_b[heads]
-    seg_start = np.minimum.reduceat(st_s, np.flatnonzero(new2)) if n else st_s
-    seg_stop = np.maximum.reduceat(sp_s, np.flatnonzero(new2)) if n else sp_s
-    seg_head_sorted = np.flatnonzero(new2)
+    seg_start = np.minimum.reduceat(st_s, heads_sorted) if n else st_s
+    seg_stop = np.maximum.reduceat(sp_s, heads_sorted) if n else sp_s
 
-    emit = np.argsort(seg_first_slot, kind="stable")
+    emit = np.argsort(final_slots[heads], kind="stable")
     sid = seg_ids[emit]
-    head = seg_head_sorted[sid]
-    return PlannedReads(
-        dataset=d_s[head],
-        shard=sh_s[head],
-        unit=u_s[head],
-        start=seg_start[sid],
-        stop=seg_stop[sid],
-        lo=bounds[:-1][emit],
-        hi=bounds[1:][emit],
-        samples=final_samples,
-        slots=final_slots,
-    )
+    head = heads_sorted[sid]
+    r_dataset, r_shard, r_unit = d_s[head], sh_s[head], u_s[head]
+    r_start, r_stop = seg_start[sid], seg_stop[sid]
+    r_lo, r_hi = bounds[:-1][emit], bounds[1:][emit]
+    # Reads are in slot order, so each chunk's are a contiguous run of them, and its
+    # pointers the chunk's own stretch of the arrays.
+    chunks = -(-n // chunk_size)
+    cuts = np.searchsorted(r_lo, np.arange(chunks + 1) * chunk_size).tolist()
+    out = []
+    for j in range(chunks):
+        a, b = cuts[j], cuts[j + 1]
+        base = j * chunk_size
+        end = min(n, base + chunk_size)
+        out.append(
+            PlannedReads(
+                dataset=r_dataset[a:b],
+                shard=r_shard[a:b],
+                unit=r_unit[a:b],
+                start=r_start[a:b],
+                stop=r_stop[a:b],
+                lo=r_lo[a:b] - base,
+                hi=r_hi[a:b] - base,
+                samples=final_samples[base:end],
+                slots=final_slots[base:end] - base,
+            )
+        )
+    return out
 
 
 def _merge(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

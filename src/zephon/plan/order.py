@@ -25,7 +25,7 @@ import numpy as np
 
 from zephon.plan.arrays import distinct
 from zephon.plan.manifest import Manifest
-from zephon.plan.permute import key_of, permute
+from zephon.plan.permute import key_of, permute, permute_keyed
 
 __all__ = ["SHUFFLES", "DatasetOrder"]
 
@@ -94,22 +94,31 @@ class DatasetOrder:
             domain = min(size, self.n - base)
             pos = ranks[mask] - base
             windows = pos // window
-            for w in distinct(windows):
-                wmask = windows == w
-                width = min(window, domain - w * window)
-                p = pos[wmask] - w * window
-                if interleave and width == window:
+            p = pos - windows * window
+            full = windows < domain // window  # full windows: all permuted in one go
+            if full.any():
+                ids = windows[full]
+                which = distinct(ids)
+                at = np.searchsorted(which, ids) if len(which) > 1 else ids * 0
+                if interleave:
                     # Round-robin over the window's runs, in a keyed order, each run in file
                     # order: any stretch of consecutive ranks takes a contiguous piece of
                     # every run, so reads stay dense. (A rotation of each run would add
                     # little randomness and split pieces that the gap rule then merges.)
                     per = window // run
-                    t, slot = np.divmod(p, per)
-                    slot = permute(slot, per, key_of("slots", self.seed, name, pass_, block, w))
-                    p = slot * run + t
+                    keys = [key_of("slots", self.seed, name, pass_, block, w) for w in which]
+                    t, slot = np.divmod(p[full], per)
+                    p[full] = permute_keyed(slot, per, keys, at) * run + t
                 else:
-                    p = permute(p, width, key_of("window", self.seed, name, pass_, block, w))
-                pos[wmask] = w * window + p
+                    keys = [key_of("window", self.seed, name, pass_, block, w) for w in which]
+                    p[full] = permute_keyed(p[full], window, keys, at)
+            if not full.all():  # the block's last, short window
+                w = domain // window
+                width = domain - w * window
+                tail = ~full
+                key = key_of("window", self.seed, name, pass_, block, w)
+                p[tail] = permute(p[tail], width, key)
+            pos = windows * window + p
             runs = domain // run  # whole runs moved around the block; a short tail stays put
             whole = pos < runs * run
             if runs > 1 and whole.any():

@@ -14,7 +14,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["key_of", "permute"]
+__all__ = ["key_of", "permute", "permute_keyed"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -49,6 +49,22 @@ def _round_keys(key: int) -> np.ndarray:
     return np.array([key_of("round", key, r) for r in range(_ROUNDS)], dtype=np.uint64)
 
 
+def _cycle_walk(indices: np.ndarray, n: int, round_keys: np.ndarray) -> np.ndarray:
+    """Images under the Feistel network of ``round_keys`` (one key per round, or per round
+    and index), walked back into ``[0, n)``."""
+    bits = max(2, int(n - 1).bit_length())
+    bits += bits & 1
+    half = bits // 2
+    out = _feistel(np.asarray(indices, dtype=np.uint64), half, round_keys)
+    limit = np.uint64(n)
+    outside = out >= limit
+    while outside.any():
+        keys = round_keys if round_keys.ndim == 1 else round_keys[:, outside]
+        out[outside] = _feistel(out[outside], half, keys)
+        outside = out >= limit
+    return out.astype(np.int64)
+
+
 def permute(indices: np.ndarray, n: int, key: int) -> np.ndarray:
     """``perm_key(indices)`` for the permutation of ``[0, n)`` selected by ``key``.
 
@@ -62,14 +78,16 @@ def permute(indices: np.ndarray, n: int, key: int) -> np.ndarray:
     """
     if n <= 1:
         return np.zeros(np.shape(indices), dtype=np.int64)
-    bits = max(2, int(n - 1).bit_length())
-    bits += bits & 1
-    half = bits // 2
-    round_keys = _round_keys(key)
-    out = _feistel(np.asarray(indices, dtype=np.uint64), half, round_keys)
-    limit = np.uint64(n)
-    outside = out >= limit
-    while outside.any():
-        out[outside] = _feistel(out[outside], half, round_keys)
-        outside = out >= limit
-    return out.astype(np.int64)
+    return _cycle_walk(indices, n, _round_keys(key))
+
+
+def permute_keyed(indices: np.ndarray, n: int, keys: list[int], which: np.ndarray) -> np.ndarray:
+    """Many permutations of ``[0, n)`` at once: index ``i`` goes through the permutation of
+    ``keys[which[i]]``. The same images as :func:`permute` one key at a time, for the numpy
+    calls of one."""
+    if n <= 1:
+        return np.zeros(np.shape(indices), dtype=np.int64)
+    if len(keys) == 1:
+        return _cycle_walk(indices, n, _round_keys(keys[0]))
+    table = np.stack([_round_keys(k) for k in keys], axis=1)  # (rounds, keys)
+    return _cycle_walk(indices, n, table[:, which])
