@@ -70,6 +70,16 @@ class _SparseFile(io.RawIOBase):
     def size(self) -> int:
         return self._size
 
+    def read(self, size: int = -1) -> memoryview:
+        # Arrow asks for a row group's column chunks in one read; a view of the fetched
+        # bytes spares copying them through readinto.
+        stop = self._size if size is None or size < 0 else min(self._pos + size, self._size)
+        if stop <= self._pos:
+            return memoryview(b"")
+        data = self._blob.slice(self._pos, stop)
+        self._pos = stop
+        return data
+
     def readinto(self, buffer: Any) -> int:
         stop = min(self._pos + len(buffer), self._size)
         if stop <= self._pos:
