@@ -749,7 +749,7 @@ class _Run:
         tg.create_task(
             stage(f"fetch[{lane}]", fetch_stats,
                   ordered(tg, groups, read, fetched, pipe.max_inflight_requests, fetch_stats,
-                          deterministic=pipe.deterministic))
+                          deterministic=pipe.deterministic, size=len))
         )  # fmt: skip
 
         def job(f: Fetched) -> DecodeJob:
@@ -885,7 +885,7 @@ class _Run:
                 return await apply_block(op.kind, op.fn, block, pool, name)
 
             await ordered(tg, source, one, out, op.processes, stats,
-                          deterministic=self.pipe.deterministic)  # fmt: skip
+                          deterministic=self.pipe.deterministic, size=len)  # fmt: skip
             return
         with closing(out):
             if op.kind in ("map", "filter", "tokenize"):

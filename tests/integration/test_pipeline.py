@@ -204,15 +204,21 @@ def test_rank_and_world_size_from_the_environment(
         Pipeline(source(toy), lanes=4)
 
 
-def test_stats_explain_and_progress(toy: Dataset, capsys: pytest.CaptureFixture[str]) -> None:
-    pipe = Pipeline(source(toy), lanes=2).map(fns.double).batch(10)
+@pytest.mark.parametrize("processes", [0, 2])
+def test_stats_explain_and_progress(
+    toy: Dataset, capsys: pytest.CaptureFixture[str], processes: int
+) -> None:
+    pipe = Pipeline(source(toy), lanes=2).map(fns.double, processes=processes).batch(10)
     text = pipe.explain()
-    assert "lanes [0, 1] of 2" in text and "map(double; in process)" in text and "batch(10" in text
+    where = "in process" if not processes else "2 processes"
+    assert "lanes [0, 1] of 2" in text and f"map(double; {where})" in text and "batch(10" in text
     out = list(pipe.iter(progress=True))
     st = pipe.stats()
     # lanes hold 12 and 11.4 chunks of 128: 1536 and 1464 samples, batched per lane
     assert st["delivered"] == len(out) == 154 + 147
-    assert st["stages"]["map#0[0]"]["items_in"] + st["stages"]["map#0[1]"]["items_in"] == 3000
+    # samples, not blocks, whether the map runs here or in the pool
+    for key in ("items_in", "items_out"):
+        assert st["stages"]["map#0[0]"][key] + st["stages"]["map#0[1]"][key] == 3000
     assert st["fetch"]["requests"] > 0 and st["fetch"]["bytes"] > 0
     assert st["fetch"]["p50_latency_s"] is not None
     assert "zephon" in capsys.readouterr().err  # the progress bar

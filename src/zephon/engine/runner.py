@@ -76,23 +76,26 @@ async def ordered(
     stats: StageStats,
     *,
     deterministic: bool = True,
+    size: Callable[[Any], int] | None = None,
 ) -> None:
     """Apply ``fn`` to every item of ``source`` with up to ``concurrency`` calls in flight,
     sending results to ``out`` in input order (or completion order if not ``deterministic``).
-    Closes ``out`` when done. Its tasks live in ``tg``, so a failure cancels them all."""
+    Closes ``out`` when done. Its tasks live in ``tg``, so a failure cancels them all.
+    ``size`` says what an input or output counts for in ``stats`` (default 1: blocks and
+    request groups count their items with ``len``)."""
     pending: Channel[asyncio.Task[B]] = Channel(concurrency)
 
     async def start_all() -> None:
         with closing(pending):
             async for item in source:
-                stats.items_in += 1
+                stats.items_in += 1 if size is None else size(item)
                 await timed_send(pending, tg.create_task(_call(fn, item, stats.name)), stats)
 
     async def finish_in_order() -> None:
         with closing(out):
             async for task in pending:
                 result = await task
-                stats.items_out += 1
+                stats.items_out += 1 if size is None else size(result)
                 await timed_send(out, result, stats)
 
     async def finish_as_completed() -> None:
@@ -109,7 +112,7 @@ async def ordered(
                         continue
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    stats.items_out += 1
+                    stats.items_out += 1 if size is None else size(task.result())
                     await timed_send(out, task.result(), stats)
 
     tg.create_task(start_all())
