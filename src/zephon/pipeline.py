@@ -9,12 +9,10 @@ import os
 import threading
 import time
 import weakref
-from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import compress
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -572,10 +570,8 @@ class _Received:
             self.ended = block.extra.get("ended", self.ended)
             self.settled = self.taken
             return
-        marks = block.marks[self.settled : self.taken]
-        lanes = list(map(itemgetter(0), marks))
-        self.position.update(zip(lanes, marks, strict=True))  # the last mark per lane wins
-        for lane, n in Counter(lanes).items():
+        for lane, (n, mark) in block.progress(self.settled, self.taken).items():
+            self.position[lane] = mark
             self.items[lane] = self.items.get(lane, 0) + n
         self.ended = block.extra.get("ended", self.ended)
         self.settled = self.taken

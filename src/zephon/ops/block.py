@@ -7,6 +7,7 @@ decode -> merge -> consumer path allocates no tuple per sample.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 
 from zephon.refs import Cursor
 
-__all__ = ["Block", "ChunkRows", "Mark", "Provenance", "SampleRef", "ref_at"]
+__all__ = ["Block", "ChunkRows", "Interleaved", "Mark", "Provenance", "SampleRef", "ref_at"]
 
 SampleRef = tuple[int, int, int]  # (dataset, shard, sample): where an item came from
 # A lane position: (lane, chunk cursor or None at the lane's start, pointers of that chunk
@@ -52,6 +53,63 @@ class ChunkRows:
         return (int(self.dataset[i]), int(self.shard[i]), int(self.sample[i]))
 
 
+class Interleaved:
+    """Provenance of a merged block: runs of lane blocks interleaved round-robin.
+
+    Each segment ``(sources, take)`` holds ``len(sources) * take`` items: step ``t`` takes
+    item ``offset + t`` of each ``(block, offset)`` source in turn. What the consumer has
+    received of a lane is then arithmetic, with no tuple per item.
+    """
+
+    __slots__ = ("_segments", "_starts", "size")
+
+    def __init__(self) -> None:
+        self._segments: list[tuple[list[tuple[Block, int]], int]] = []
+        self._starts: list[int] = []
+        self.size = 0
+
+    def add(self, sources: list[tuple[Block, int]], take: int) -> None:
+        self._segments.append((sources, take))
+        self._starts.append(self.size)
+        self.size += len(sources) * take
+
+    def _locate(self, i: int) -> tuple[Block, int]:
+        s = bisect_right(self._starts, i) - 1
+        sources, _ = self._segments[s]
+        step, k = divmod(i - self._starts[s], len(sources))
+        block, offset = sources[k]
+        return block, offset + step
+
+    def mark(self, i: int) -> Mark:
+        block, j = self._locate(i)
+        return block.mark(j)
+
+    def refs(self) -> list[Any]:
+        return [ref_at(b.provenance(), j) for b, j in map(self._locate, range(self.size))]
+
+    def marks(self) -> list[Any]:
+        return [self.mark(i) for i in range(self.size)]
+
+    def progress(self, lo: int, hi: int) -> dict[int, tuple[int, Mark]]:
+        """Per lane, how many of items ``[lo, hi)`` are its and the mark of its last one."""
+        out: dict[int, tuple[int, Mark]] = {}
+        first = max(0, bisect_right(self._starts, lo) - 1)
+        for s in range(first, len(self._segments)):
+            start = self._starts[s]
+            if start >= hi:
+                break
+            sources, take = self._segments[s]
+            n = len(sources)
+            a, b = max(lo, start) - start, min(hi, start + n * take) - start
+            for k, (block, offset) in enumerate(sources):
+                upto = -(-(b - k) // n)  # steps of source k before local position b
+                count = upto - -(-(a - k) // n)
+                if count > 0:
+                    had = out.get(block.lane, (0, None))[0]
+                    out[block.lane] = (had + count, block.mark(offset + upto - 1))
+        return out
+
+
 Provenance = list[Any] | ChunkRows  # a block's refs, as a list or in columns
 
 
@@ -84,7 +142,7 @@ class Block:
         nbytes: int = 0,
         extra: dict[str, Any] | None = None,
         *,
-        rows: ChunkRows | None = None,
+        rows: ChunkRows | Interleaved | None = None,
     ) -> None:
         if rows is None and (refs is None or marks is None):
             raise TypeError("a Block needs refs and marks, or rows")
@@ -118,7 +176,20 @@ class Block:
 
     def provenance(self) -> Provenance:
         """The refs in whichever form the block holds them (cheap to send to a worker)."""
-        return self._refs if self._refs is not None else self._rows  # type: ignore[return-value]
+        if self._refs is None and isinstance(self._rows, ChunkRows):
+            return self._rows
+        return self.refs
+
+    def progress(self, lo: int, hi: int) -> dict[int, tuple[int, Mark]]:
+        """Per lane, how many of items ``[lo, hi)`` belong to it and the mark of its last
+        one: what a consumer that received them has moved each lane on by."""
+        if self._marks is None and isinstance(self._rows, Interleaved):
+            return self._rows.progress(lo, hi)
+        out: dict[int, tuple[int, Mark]] = {}
+        for mark in self.marks[lo:hi]:
+            had = out.get(mark[0], (0, mark))[0]
+            out[mark[0]] = (had + 1, mark)
+        return out
 
     def __len__(self) -> int:
         return len(self.items)

@@ -8,7 +8,7 @@ from typing import Any
 from zephon.engine.channel import Channel, closing
 from zephon.engine.runner import timed_receive, timed_send
 from zephon.engine.stats import StageStats
-from zephon.ops.block import Block
+from zephon.ops.block import Block, Interleaved
 
 __all__ = ["merge_lanes"]
 
@@ -35,17 +35,16 @@ async def merge_lanes(
     active = [i for i in range(len(lanes)) if i not in set(ended)]
     finished = {names[i] for i in ended} if names else set()
     items: list[Any] = []
-    refs: list[Any] = []
-    marks: list[Any] = []
+    rows = Interleaved()  # where the items came from, kept as runs of lane blocks
 
     async def flush() -> None:
-        nonlocal items, refs, marks
+        nonlocal items, rows
         if items:
             stats.items_out += len(items)
-            block = Block(-1, items, refs, marks)
+            block = Block(-1, items, rows=rows)
             block.extra["ended"] = frozenset(finished)
             await timed_send(out, block, stats)
-            items, refs, marks = [], [], []
+            items, rows = [], Interleaved()
 
     with closing(out):
         turn = active.index(first) if first in active else 0
@@ -68,9 +67,9 @@ async def merge_lanes(
                 order = active[start:] + active[:start]
                 entries = [buffers[i] for i in order]
                 take = min(len(e[0].items) - e[1] for e in entries)  # type: ignore[index]
-                for name, out_list in (("items", items), ("refs", refs), ("marks", marks)):
-                    columns = [getattr(e[0], name)[e[1] : e[1] + take] for e in entries]  # type: ignore[index]
-                    out_list.extend(x for group in zip(*columns, strict=True) for x in group)
+                columns = [e[0].items[e[1] : e[1] + take] for e in entries]  # type: ignore[index]
+                items.extend(x for group in zip(*columns, strict=True) for x in group)
+                rows.add(list(entries), take)  # type: ignore[arg-type]
                 for i, e in zip(order, entries, strict=True):
                     buffers[i] = (e[0], e[1] + take)  # type: ignore[index]
                 if len(items) >= _FLUSH_ITEMS:
@@ -83,8 +82,7 @@ async def merge_lanes(
                 if entry is not None and entry[1] < len(entry[0].items):
                     block, i = entry
                     items.extend(block.items[i:])
-                    refs.extend(block.refs[i:])
-                    marks.extend(block.marks[i:])
+                    rows.add([(block, i)], len(block.items) - i)
                     await flush()
                     continue
                 await flush()
@@ -120,8 +118,7 @@ async def merge_lanes(
                 continue
             block, i = entry
             items.append(block.items[i])
-            refs.append(block.refs[i])
-            marks.append(block.marks[i])
+            rows.add([(block, i)], 1)
             buffers[lane] = (block, i + 1)
             turn = (active.index(lane) + 1) % len(active)
             if len(items) >= _FLUSH_ITEMS:
