@@ -162,17 +162,18 @@ def trivial_ops(n: int) -> None:
     ds = Dataset.from_records("mem", records, samples_per_shard=10_000)
     ws = StaticMixtureWorkSource([ds], shuffle="block")
 
-    async def run() -> float:
+    async def run(lanes: int) -> float:
         t = time.perf_counter()
         count = 0
-        async for _ in Pipeline(ws, rank=0, world_size=1).map(lambda s: s):
+        async for _ in Pipeline(ws, rank=0, world_size=1, lanes=lanes).map(lambda s: s):
             count += 1
         assert count == n
         return n / (time.perf_counter() - t)
 
-    rates = [asyncio.run(run()) for _ in range(3)]
     print(f"\n# 2. trivial-op overhead, in-memory JSONL, {n:,} samples, decode + map(identity)")
-    print(f"samples/s (median of 3): {statistics.median(rates):,.0f}")
+    for lanes in (1, 4):
+        rate = statistics.median([asyncio.run(run(lanes)) for _ in range(3)])
+        print(f"{lanes} lane(s) on one rank, samples/s (median of 3): {rate:,.0f}")
 
 
 def memory_child(endpoint_url: str, budget_mb: int) -> None:
