@@ -25,7 +25,7 @@ from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block, ChunkRows, Mark
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
-from zephon.ops.fetch import Fetched, RangeCache, group_requests, read_group
+from zephon.ops.fetch import Fetched, RangeCache, group_requests, group_reservations, read_group
 from zephon.ops.merge import merge_lanes
 from zephon.ops.pack import pack_blocks
 from zephon.ops.shuffle import shuffle_blocks
@@ -726,15 +726,14 @@ class _Run:
         resume_mark: Mark | None = resume["mark"] if resume is not None else None
 
         async def read(group: list[RangeRequest]) -> list[Fetched]:
-            reserved = [min(r.nbytes, budget.capacity) for r in group]
-            taken = 0
+            # One reservation for the group's storage read (admitted alone if it exceeds the
+            # budget); each request releases its share once decoded.
+            reserved = group_reservations(group)
+            await budget.acquire(sum(reserved))
             try:
-                for amount in reserved:
-                    await budget.acquire(amount)
-                    taken += amount
                 return await read_group(self.storages, group, reserved, self.range_cache)
             except BaseException:
-                budget.release(taken)
+                budget.release(sum(reserved))
                 raise
 
         groups = group_requests(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from zephon.ops.fetch import RangeCache, group_requests
+from zephon.ops.fetch import RangeCache, group_requests, group_reservations
 from zephon.refs import Cursor, RangeRequest
 from zephon.storage import ManagedStorage, MemoryStore
 from zephon.storage.memory import MemoryBackend
@@ -63,3 +63,12 @@ async def test_range_cache_fetches_shared_bytes_once_and_stays_bounded() -> None
     assert storage.stats.bytes_read == 2600
     await read(storage, "memory://b/k", v, 5000, 8500)  # 3500 bytes: evicts older ranges
     assert cache._bytes <= 4000
+
+
+def test_a_group_reserves_the_bytes_it_reads_once_shared_by_its_requests() -> None:
+    # four chunks reading the same 700-byte row group, then the next one: one read of 1000
+    same = [req("a", 0, 700) for _ in range(4)] + [req("a", 700, 1000)]
+    shares = group_reservations(same)
+    assert sum(shares) == 1000  # the storage read, not 4 x 700 + 300
+    assert shares[:4] == [shares[0]] * 4 and shares[0] > shares[4] > 0
+    assert group_reservations([req("a", 10, 60)]) == [50]

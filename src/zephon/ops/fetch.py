@@ -17,7 +17,14 @@ from zephon.formats.blob import Blob
 from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
 
-__all__ = ["Fetched", "RangeCache", "group_requests", "read_group", "read_request"]
+__all__ = [
+    "Fetched",
+    "RangeCache",
+    "group_requests",
+    "group_reservations",
+    "read_group",
+    "read_request",
+]
 
 Parts = list[tuple[int, bytes]]
 
@@ -175,6 +182,25 @@ async def group_requests(
         yield [request]
     if group:
         yield group
+
+
+def group_reservations(group: list[RangeRequest]) -> list[int]:
+    """Budget bytes to reserve for each request of a group from :func:`group_requests`.
+
+    A merged group is one storage read, and its requests often share bytes (consecutive
+    chunks of one row group read the same unit): the group reserves the bytes it fetches,
+    once, shared out among its requests in proportion to their sizes, so each request
+    releases its share when its samples leave decode. Reserving every request's own size
+    counted a shared row group once per chunk and starved the fetch concurrency.
+    """
+    if len(group) == 1:
+        return [group[0].nbytes]
+    total = max(r.ranges[0][1] for r in group) - group[0].ranges[0][0]
+    sizes = [r.nbytes for r in group]
+    whole = max(1, sum(sizes))
+    shares = [total * size // whole for size in sizes]
+    shares[-1] += total - sum(shares)
+    return shares
 
 
 async def read_group(
