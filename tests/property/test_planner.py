@@ -30,13 +30,18 @@ def ragged(name: str, sizes: list[int], seed: int) -> Manifest:
         layouts.append(RecordIndex(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)))
     from zephon.plan.manifest import _Records
 
+    return in_memory(name, f"{name}-{sizes}-{seed}", sizes, [_Records(x) for x in layouts])
+
+
+def in_memory(name: str, fingerprint: str, sizes: list[int], layouts: list[Any]) -> Manifest:
+    """A manifest of ``memory://`` shards with the given per-shard layouts."""
     return Manifest(
         name,
-        f"{name}-{sizes}-{seed}",
+        fingerprint,
         np.array(sizes, dtype=np.int64),
         [f"memory://t/{name}/{i}" for i in range(len(sizes))],
         ["1"] * len(sizes),
-        [_Records(x) for x in layouts],
+        layouts,
     )
 
 
@@ -198,14 +203,7 @@ def row_groups(name: str, sizes: list[int], rows: int) -> Manifest:
         spans = np.arange(groups + 1, dtype=np.int64) * 1000
         chunks = np.stack([spans[:-1], spans[1:]], axis=1).reshape(groups, 1, 2)
         layouts.append(RowGroupIndex(starts, chunks, b"", np.full(groups, 1000, np.int64)))
-    return Manifest(
-        name,
-        f"{name}-{sizes}-{rows}",
-        np.array(sizes, dtype=np.int64),
-        [f"memory://t/{name}/{i}" for i in range(len(sizes))],
-        ["1"] * len(sizes),
-        layouts,
-    )
+    return in_memory(name, f"{name}-{sizes}-{rows}", sizes, layouts)
 
 
 @SETTINGS

@@ -20,7 +20,7 @@ from zephon.plan.arrays import distinct
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
-__all__ = ["PlannedReads", "coalesce", "coalesce_chunks"]
+__all__ = ["PlannedReads", "coalesce_chunks"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -70,21 +70,6 @@ class PlannedReads:
         ]  # fmt: skip
 
 
-def coalesce(
-    manifests: Sequence[Manifest],
-    datasets: np.ndarray,
-    shards: np.ndarray,
-    samples: np.ndarray,
-    gap_bytes: int,
-    max_bytes: int,
-) -> PlannedReads:
-    """The reads of one chunk."""
-    (reads,) = coalesce_chunks(
-        manifests, datasets, shards, samples, gap_bytes, max_bytes, max(1, len(datasets))
-    )
-    return reads
-
-
 def coalesce_chunks(
     manifests: Sequence[Manifest],
     datasets: np.ndarray,
@@ -95,9 +80,9 @@ def coalesce_chunks(
     chunk_size: int,
 ) -> list[PlannedReads]:
     """The reads of consecutive chunks at once: pointers ``[j * chunk_size, (j + 1) *
-    chunk_size)`` form chunk ``j`` (the last may be shorter). No read spans two chunks; each
-    chunk's reads are exactly what :func:`coalesce` gives for it alone, for a fraction of
-    the numpy calls per chunk."""
+    chunk_size)`` form chunk ``j`` (the last may be shorter). No read spans two chunks, so
+    each chunk's reads are exactly those of planning it alone, for a fraction of the numpy
+    calls per chunk."""
     n = len(datasets)
     slots = np.arange(n, dtype=np.int64)
     chunk = slots // chunk_size

@@ -15,7 +15,7 @@ import numpy as np
 from zephon.errors import ConfigError, StateMismatch
 from zephon.formats.index import RowGroupIndex
 from zephon.plan.arrays import distinct
-from zephon.plan.coalesce import PlannedReads, coalesce, coalesce_chunks
+from zephon.plan.coalesce import PlannedReads, coalesce_chunks
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
 from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
@@ -381,7 +381,7 @@ class StaticMixtureWorkSource:
             raise ConfigError(f"cursor is for lane {cursor.lane}, not {lane}")
         while True:
             if self._tokens is not None:  # each chunk's picks depend on the one before
-                chunk = self._plan_chunk(cursor, lanes, splits, limits)
+                chunk = self._plan_token_chunk(cursor, splits, limits)
                 planned = [] if chunk is None else [chunk]
             else:
                 planned = self._plan_chunks(cursor, splits, limits, _CHUNKS_AT_ONCE)
@@ -404,10 +404,8 @@ class StaticMixtureWorkSource:
         assert self._samples is not None
         k = len(self.manifests)
         counts = np.array(cursor.counts, dtype=np.int64)
-        if limits is not None:
-            done = counts >= limits
-            if done.any() if self.exhausted_policy == "stop" else done.all():
-                return []
+        if self._exhausted(counts, limits):
+            return []
         n = self.chunk_size
         picks = self._samples.picks(cursor.counts, n * count)
         if limits is not None:
@@ -444,61 +442,39 @@ class StaticMixtureWorkSource:
             cursor = nxt
         return out
 
-    def _plan_chunk(
-        self,
-        cursor: Cursor,
-        lanes: int,
-        splits: list[LaneSplit],
-        limits: np.ndarray | None,
+    def _plan_token_chunk(
+        self, cursor: Cursor, splits: list[LaneSplit], limits: np.ndarray | None
     ) -> WorkChunk | None:
+        """The next chunk of a token mixture: its picks depend on the byte sizes of the
+        samples each dataset would give next, so it is planned alone."""
+        assert self._tokens is not None and cursor.tokens is not None
         k = len(self.manifests)
         counts = np.array(cursor.counts, dtype=np.int64)
-        if limits is not None:
-            done = counts >= limits
-            if done.any() if self.exhausted_policy == "stop" else done.all():
-                return None
+        if self._exhausted(counts, limits):
+            return None
         n = self.chunk_size
-        located: list[tuple[np.ndarray, np.ndarray]] = [
-            (np.empty(0, np.int64), np.empty(0, np.int64)) for _ in range(k)
-        ]
-        tokens_after = None
-        ratios = self._ratios() if self._tokens is not None else []
-        if self._tokens is not None:
-            assert cursor.tokens is not None
-            upcoming = []
-            for d in range(k):
-                located[d] = self._locate(d, cursor.lane, splits[d], counts[d], n)
-                nbytes = self.manifests[d].sample_nbytes(*located[d])
-                upcoming.append(nbytes * ratios[d])
-            picks, _ = self._tokens.picks(cursor.tokens, upcoming, n)
-        else:
-            assert self._samples is not None
-            picks = self._samples.picks(cursor.counts, n)
+        ratios = self._ratios()
+        located = [self._locate(d, cursor.lane, splits[d], counts[d], n) for d in range(k)]
+        upcoming = [self.manifests[d].sample_nbytes(*located[d]) * ratios[d] for d in range(k)]
+        picks, _ = self._tokens.picks(cursor.tokens, upcoming, n)
         if limits is not None:
             picks = self._truncate(picks, counts, limits)
         taken = np.bincount(picks, minlength=k)
-        datasets = picks
         shards = np.empty(len(picks), np.int64)
         samples = np.empty(len(picks), np.int64)
         for d in np.flatnonzero(taken).tolist():
-            where = picks == d
-            if self._tokens is not None:
-                sh, sm = located[d][0][: taken[d]], located[d][1][: taken[d]]
-            else:
-                sh, sm = self._locate(int(d), cursor.lane, splits[d], counts[d], int(taken[d]))
-            shards[where], samples[where] = sh, sm
-        if self._tokens is not None:
-            assert cursor.tokens is not None
-            tokens_after = tuple(
-                cursor.tokens[d]
-                + float(
-                    self.manifests[d]
-                    .sample_nbytes(located[d][0][: taken[d]], located[d][1][: taken[d]])
-                    .sum()
-                )
-                * ratios[d]
-                for d in range(k)
+            shards[picks == d] = located[d][0][: taken[d]]
+            samples[picks == d] = located[d][1][: taken[d]]
+        tokens_after = tuple(
+            cursor.tokens[d]
+            + float(
+                self.manifests[d]
+                .sample_nbytes(located[d][0][: taken[d]], located[d][1][: taken[d]])
+                .sum()
             )
+            * ratios[d]
+            for d in range(k)
+        )
         next_cursor = Cursor(
             cursor.lane,
             cursor.chunk + 1,
@@ -506,15 +482,23 @@ class StaticMixtureWorkSource:
             tuple(int(c) for c in counts + taken),
             tokens_after,
         )
-        reads = coalesce(
+        (reads,) = coalesce_chunks(
             self.manifests,
-            datasets,
+            picks,
             shards,
             samples,
             self.coalesce_gap_bytes,
             self.max_request_bytes,
+            len(picks),
         )
-        return WorkChunk(cursor, datasets, shards, samples, reads, next_cursor, self.manifests)
+        return WorkChunk(cursor, picks, shards, samples, reads, next_cursor, self.manifests)
+
+    def _exhausted(self, counts: np.ndarray, limits: np.ndarray | None) -> bool:
+        """Whether a lane that has drawn ``counts`` is past the end of its curriculum."""
+        if limits is None:
+            return False
+        done = counts >= limits
+        return bool(done.any() if self.exhausted_policy == "stop" else done.all())
 
     def _locate(
         self, d: int, lane: int, split: LaneSplit, first: int, n: int
