@@ -7,6 +7,8 @@
 2. Trivial-op overhead on in-memory data: samples/s through decode -> map(identity) -> out.
 3. Peak RSS of a child process streaming a dataset larger than a 256 MiB fetch budget with
    a slow consumer.
+4. Where small-row Parquet time goes: two chunk sizes, and decoding swapped for placeholders
+   on both sides (``--breakdown`` runs this part alone).
 
     .venv/bin/python benchmarks/pipeline.py
 """
@@ -106,8 +108,10 @@ async def hand_written(endpoint: S3Endpoint, keys: list[str], fmt: str, concurre
         return n
 
 
-async def with_zephon(ds: Dataset, concurrency: int, shuffle: str = "block") -> int:
-    ws = StaticMixtureWorkSource([ds], shuffle=shuffle, stop_after_passes=1)
+async def with_zephon(
+    ds: Dataset, concurrency: int, shuffle: str = "block", chunk_size: int = 1024
+) -> int:
+    ws = StaticMixtureWorkSource([ds], shuffle=shuffle, stop_after_passes=1, chunk_size=chunk_size)
     n = 0
     async for _ in Pipeline(ws, rank=0, world_size=1, max_inflight_requests=concurrency):
         n += 1
@@ -155,6 +159,74 @@ def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int, size:
             zm, hm = statistics.median(z), statistics.median(h)
             print(f"{fmt + ' / ' + shuffle:<24} {mb:>6.1f} {zm:>17,.0f} {hm:>13,.0f} "
                   f"{zm / hm:>6.2f}x")  # fmt: skip
+
+
+class _Placeholders:
+    """Stands in for a decoded Parquet table: rows without building them."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def to_pylist(self) -> list[None]:
+        return [None] * self.rows
+
+
+def breakdown(shards: int, per_shard: int, rounds: int, concurrency: int) -> None:
+    """Where small-row Parquet time goes: Zephon at two chunk sizes against the reader, and
+    both sides with Parquet decoding swapped for placeholders (what is left is everything
+    else: requests, planning, assembly, delivery). CPU seconds of this process, best of
+    ``rounds`` alternating rounds."""
+    from zephon.formats.parquet import ParquetCodec
+
+    real_decode, real_read_table = ParquetCodec.decode, pq.read_table
+
+    def fake_decode(self: Any, shard: Any, index: Any, blob: Any, samples: Any) -> list[None]:
+        return [None] * len(samples)
+
+    with MotoServer() as endpoint:
+        endpoint.create_bucket("bench")
+        client = endpoint.client()
+        for i in range(shards):
+            client.put_object(Bucket="bench", Key=f"pq/p{i:04d}.parquet",
+                              Body=parquet_shard(i, per_shard))  # fmt: skip
+        ds = Dataset.from_path("parquet", "s3://bench/pq/",
+                               storage_options=endpoint.storage_options())  # fmt: skip
+        keys = [sh.uri.split("/", 3)[3] for sh in ds.shards]
+
+        def reader() -> Any:
+            return hand_written(endpoint, keys, "parquet", concurrency)
+
+        cases = {
+            "zephon chunk 1024": lambda: with_zephon(ds, concurrency, "none"),
+            "zephon chunk 4096": lambda: with_zephon(ds, concurrency, "none", 4096),
+            "hand-written": reader,
+            "zephon, no decoding": lambda: with_zephon(ds, concurrency, "none"),
+            "hand-written, no decoding": reader,
+        }
+        best = dict.fromkeys(cases, float("inf"))
+        for _ in range(rounds + 1):  # the first round warms up and is kept only if best
+            for name, make in cases.items():
+                fake = name.endswith("no decoding")
+                ParquetCodec.decode = fake_decode if fake else real_decode  # type: ignore[method-assign]
+                pq.read_table = (lambda src: _Placeholders(per_shard)) if fake else real_read_table
+                try:
+                    started = time.process_time()
+                    asyncio.run(make())
+                    best[name] = min(best[name], time.process_time() - started)
+                finally:
+                    ParquetCodec.decode = real_decode  # type: ignore[method-assign]
+                    pq.read_table = real_read_table
+    print(f"\n# 4. small-row Parquet breakdown: {shards} x {per_shard} rows, shuffle none, "
+          f"CPU seconds (best of {rounds})")  # fmt: skip
+    for name, cpu in best.items():
+        print(f"{name:<28} {cpu:>7.3f} s")
+    z, h = best["zephon chunk 1024"], best["hand-written"]
+    zr, hr = best["zephon, no decoding"], best["hand-written, no decoding"]
+    print(f"ratio at chunk 1024 {h / z:.2f}x, at chunk 4096 {h / best['zephon chunk 4096']:.2f}x")
+    print(
+        f"decoding: zephon {z - zr:.3f} s, reader {h - hr:.3f} s; "
+        f"everything else: zephon {zr:.3f} s, reader {hr:.3f} s"
+    )
 
 
 def trivial_ops(n: int) -> None:
@@ -223,11 +295,15 @@ def main() -> None:
     parser.add_argument("--docs-per-shard", type=int, default=4_000, help="samples per shard, docs")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--only-end-to-end", action="store_true", help="skip parts 2 and 3")
+    parser.add_argument("--only-end-to-end", action="store_true", help="skip parts 2 to 4")
+    parser.add_argument("--breakdown", action="store_true", help="run part 4 only")
     parser.add_argument("--memory-child", nargs=2, default=None)
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child[0], int(args.memory_child[1]))
+        return
+    if args.breakdown:
+        breakdown(args.shards, args.per_shard, args.rounds, args.concurrency)
         return
     end_to_end(args.shards, args.per_shard, args.rounds, args.concurrency, "small")
     print()
@@ -236,6 +312,7 @@ def main() -> None:
         return
     trivial_ops(200_000)
     memory(256, shards=24, shard_mb=32)
+    breakdown(args.shards, args.per_shard, args.rounds, args.concurrency)
 
 
 if __name__ == "__main__":
