@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import AsyncIterator
 
+import numpy as np
+
+from zephon.formats.index import RecordIndex
+from zephon.formats.jsonl import JsonlCodec
+from zephon.ops.decode import DecodeJob, decode_job
 from zephon.ops.fetch import RangeCache, group_requests, group_reservations
-from zephon.refs import Cursor, RangeRequest
+from zephon.refs import Cursor, RangeRequest, ShardInfo
 from zephon.storage import ManagedStorage, MemoryStore
 from zephon.storage.memory import MemoryBackend
 
@@ -55,7 +61,9 @@ async def test_range_cache_fetches_shared_bytes_once_and_stays_bounded() -> None
     cache = RangeCache(capacity_bytes=4000)
     read = cache.read
     assert await read(storage, "memory://b/k", v, 100, 2000) == data[100:2000]
-    assert await read(storage, "memory://b/k", v, 500, 1500) == data[500:1500]  # inside
+    inside = await read(storage, "memory://b/k", v, 500, 1500)
+    assert inside == data[500:1500]
+    assert isinstance(inside, memoryview)  # a view of the cached read, not a copy of it
     assert await read(storage, "memory://b/k", v, 1800, 2600) == data[1800:2600]  # overlaps
     assert storage.stats.bytes_read == 1900 + 600  # only the new 600 bytes were fetched
     assert cache.hits == 1 and cache.saved_bytes == 1000 + 200
@@ -72,3 +80,13 @@ def test_a_group_reserves_the_bytes_it_reads_once_shared_by_its_requests() -> No
     assert sum(shares) == 1000  # the storage read, not 4 x 700 + 300
     assert shares[:4] == [shares[0]] * 4 and shares[0] > shares[4] > 0
     assert group_reservations([req("a", 10, 60)]) == [50]
+
+
+def test_decode_jobs_with_views_of_cached_reads_cross_processes() -> None:
+    data = b'{"a": 1}\n{"a": 2}\n'
+    shard = ShardInfo("memory://b/x.jsonl", 2, len(data), "v1")
+    index = RecordIndex(np.array([0, 9, 18], dtype=np.int64))
+    job = DecodeJob(JsonlCodec("ds"), shard, index, [(0, memoryview(data))], (1, 0), False)
+    sent = pickle.loads(pickle.dumps(job))  # what the process pool does
+    assert isinstance(sent.parts[0][1], bytes)
+    assert decode_job(sent) == decode_job(job) == ([{"a": 2}, {"a": 1}], [])

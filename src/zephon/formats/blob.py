@@ -5,7 +5,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-__all__ = ["Blob"]
+__all__ = ["Blob", "Bytes"]
+
+Bytes = bytes | memoryview  # fetched bytes: a read of its own, or a view of a cached one
 
 
 class Blob:
@@ -17,13 +19,13 @@ class Blob:
 
     __slots__ = ("_ends", "_parts", "_starts")
 
-    def __init__(self, parts: Sequence[tuple[int, bytes]]) -> None:
+    def __init__(self, parts: Sequence[tuple[int, Bytes]]) -> None:
         self._parts = list(parts)
         self._starts = [start for start, _ in self._parts]
         self._ends = [start + len(data) for start, data in self._parts]
 
     @property
-    def parts(self) -> list[tuple[int, bytes]]:
+    def parts(self) -> list[tuple[int, Bytes]]:
         return self._parts
 
     @property
@@ -44,7 +46,8 @@ class Blob:
         if i < 0 or stop > self._ends[i]:
             raise KeyError(f"bytes [{start}, {stop}) were not fetched")
         base = self._starts[i]
-        return self._parts[i][1][start - base : stop - base]
+        data = self._parts[i][1][start - base : stop - base]
+        return data if isinstance(data, bytes) else bytes(data)
 
     def covers(self, start: int, stop: int) -> bool:
         i = bisect.bisect_right(self._starts, start) - 1

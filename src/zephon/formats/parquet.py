@@ -29,6 +29,9 @@ __all__ = ["FOOTER_PROBE_BYTES", "ParquetCodec", "footer_length", "index_from_fo
 
 FOOTER_PROBE_BYTES = 64 * 1024
 _TABLES_KEEP = 8  # one tail read holds the footer of almost every real file
+# Arrow's thread pool pays off for big row groups; for small ones, handing the columns to its
+# threads costs more than decoding them here (0.9 against 0.6 ms for a 22 KB group).
+_THREADED_GROUP_BYTES = 1 << 20
 _MAGIC = b"PAR1"
 
 
@@ -173,7 +176,8 @@ class ParquetCodec:
                 full = Blob([*blob.parts, (shard.size_bytes - len(index.footer), index.footer)])
                 source = pq.ParquetFile(_SparseFile(shard.size_bytes, full), metadata=md)
             try:
-                read = source.read_row_group(group, columns=self.columns)
+                threads = bool(index.group_nbytes[group] >= _THREADED_GROUP_BYTES)
+                read = source.read_row_group(group, columns=self.columns, use_threads=threads)
             except (OSError, pa.ArrowException, KeyError) as exc:
                 raise FormatError(
                     f"cannot decode row group {group} ({type(exc).__name__}: {exc})",

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import FormatError, ZephonError
-from zephon.formats.blob import Blob
+from zephon.formats.blob import Blob, Bytes
 from zephon.ops.block import ChunkRows
 from zephon.refs import Cursor, ShardInfo
 
@@ -46,9 +46,14 @@ class DecodeJob:
     codec: Any
     shard: ShardInfo
     index: Any
-    parts: list[tuple[int, bytes]]
+    parts: list[tuple[int, Bytes]]
     samples: tuple[int, ...]
     skip: bool
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Parts may be views of cached reads, which cannot cross processes: send bytes.
+        parts = [(at, data if isinstance(data, bytes) else bytes(data)) for at, data in self.parts]
+        return (DecodeJob, (self.codec, self.shard, self.index, parts, self.samples, self.skip))
 
 
 def decode_job(job: DecodeJob) -> tuple[list[Any], list[tuple[int, str]]]:

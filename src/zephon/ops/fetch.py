@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from zephon.formats.blob import Blob
+from zephon.formats.blob import Blob, Bytes
 from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
 
@@ -26,7 +26,7 @@ __all__ = [
     "read_request",
 ]
 
-Parts = list[tuple[int, bytes]]
+Parts = list[tuple[int, Bytes]]
 
 
 @dataclass(slots=True)
@@ -42,8 +42,9 @@ class RangeCache:
     Consecutive chunks of a lane often need overlapping ranges: chunks of a mixture cut a
     shuffle window at different places (each coalesced read spans most of the window), and
     Parquet row groups or compressed shards are read whole by every chunk that draws from
-    them. A read fully inside a cached range is a slice; a read that starts inside one
-    fetches only the rest. Bounded in bytes, least recently used first out.
+    them. A read fully inside a cached range is a view of it (no copy: a row group can be
+    megabytes); a read that starts inside one fetches only the rest. Bounded in bytes, least
+    recently used first out.
     """
 
     def __init__(self, capacity_bytes: int) -> None:
@@ -77,7 +78,7 @@ class RangeCache:
 
     async def read(
         self, storage: ManagedStorage, uri: str, version: str, start: int, stop: int
-    ) -> bytes:
+    ) -> Bytes:
         # A fetch in flight that will cover our start: wait for it rather than race it.
         for (u, v, a, b), done in list(self._inflight.items()):
             if u == uri and v == version and a <= start < b:
@@ -91,15 +92,15 @@ class RangeCache:
             if stop <= end:
                 self.hits += 1
                 self.saved_bytes += stop - start
-                return data[start - at : stop - at]
+                return memoryview(data)[start - at : stop - at]
             self.saved_bytes += end - start
             rest = await self._fetch(storage, uri, version, end, stop)
-            return data[start - at :] + rest
+            return b"".join((memoryview(data)[start - at :], rest))
         return await self._fetch(storage, uri, version, start, stop)
 
     async def _fetch(
         self, storage: ManagedStorage, uri: str, version: str, start: int, stop: int
-    ) -> bytes:
+    ) -> Bytes:
         key = (uri, version, start, stop)
         if key in self._inflight:  # the very same range is on its way: share it
             await asyncio.shield(self._inflight[key])
@@ -107,7 +108,7 @@ class RangeCache:
             if cached is not None and len(cached) >= stop - start:
                 self.hits += 1
                 self.saved_bytes += stop - start
-                return cached[: stop - start]
+                return memoryview(cached)[: stop - start]
             return await storage.read(uri, start, stop, version=version)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = done
@@ -125,7 +126,7 @@ async def _fetch_parts(
 ) -> Parts:
     storage = storages[request.dataset]
 
-    async def one(start: int, stop: int) -> bytes:
+    async def one(start: int, stop: int) -> Bytes:
         if cache is None:
             return await storage.read(request.uri, start, stop, version=request.version)
         return await cache.read(storage, request.uri, request.version, start, stop)
@@ -215,6 +216,7 @@ async def read_group(
     first = group[0]
     start, stop = first.ranges[0][0], max(r.ranges[0][1] for r in group)
     storage = storages[first.dataset]
+    data: Bytes
     if cache is None:
         data = await storage.read(first.uri, start, stop, version=first.version)
     else:
