@@ -100,17 +100,28 @@ def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
 
 
 _LOADER: Any = None
+_STATIC: Any = None
 
 
-def _new_session() -> Any:
-    """A fresh session sharing one botocore data loader per process: the loader caches the
-    parsed service models, which otherwise cost ~0.2 s of JSON parsing per client."""
-    global _LOADER
+def _new_session(static_keys: bool = False) -> Any:
+    """A session sharing one botocore data loader per process: the loader caches the parsed
+    service models, which otherwise cost ~0.2 s of JSON parsing per client.
+
+    Clients given static keys share one session as well (building one registers hundreds of
+    handlers, ~10 ms): such a session never resolves credentials, so it holds nothing bound
+    to an event loop. Other clients get a fresh session each, since refreshable credentials
+    cached in a session carry a lock of the loop that first refreshed them.
+    """
+    global _LOADER, _STATIC
+    if static_keys and _STATIC is not None:
+        return _STATIC
     session = get_session()
     if _LOADER is None:
         _LOADER = session.get_component("data_loader")
     else:
         session.register_component("data_loader", _LOADER)
+    if static_keys:
+        _STATIC = session
     return session
 
 
@@ -159,7 +170,7 @@ class S3Backend:
 
     async def _create_client(self) -> Any:
         opts = self._options
-        session = _new_session()
+        session = _new_session(static_keys=bool(opts.get("key")) and not opts.get("profile"))
         if opts.get("profile"):
             session.set_config_variable("profile", opts["profile"])
         config_kwargs: dict[str, Any] = {
