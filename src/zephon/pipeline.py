@@ -844,15 +844,14 @@ class _Run:
                 stats.items_in += 1
                 for pos, message in failed:
                     ds = datasets[r.dataset]
-                    self.ledger.add(ds.name, r.uri, r.samples[pos], message)
+                    self.ledger.add(ds.name, r.uri, int(r.samples[pos]), message)
                 if self.pipe.deterministic:
                     assembler.add(r.cursor, r.slots, items, r.dataset, r.shard, r.samples,
                                   bool(failed))  # fmt: skip
                 else:
                     n = len(r.samples)
                     rows = ChunkRows(lane, r.cursor, np.full(n, r.dataset), np.full(n, r.shard),
-                                     np.asarray(r.samples, np.int64),
-                                     np.asarray(r.slots, np.int64) + 1)  # fmt: skip
+                                     r.samples, r.slots + 1)  # fmt: skip
                     emit(items, rows, bool(failed))
                 while ready:
                     block = ready.pop(0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 __all__ = ["Cursor", "ObjectInfo", "RangeRequest", "ShardInfo"]
 
 
@@ -92,8 +94,9 @@ class RangeRequest(NamedTuple):
         shard: index of the shard in the dataset.
         uri, version: the shard's location and the version to pin reads to.
         ranges: byte ranges ``(start, stop)`` to fetch, coalesced.
-        samples: sample indices within the shard, in curriculum order.
-        slots: the position of each sample within its work chunk.
+        samples: sample indices within the shard, in curriculum order (an int64 array, a
+            view of the planner's columns: no per-sample objects on the hot path).
+        slots: the position of each sample within its work chunk (int64 array, ascending).
         cursor: the work chunk's cursor.
         chunk_length: pointers in the work chunk (its requests' slots cover ``range(length)``).
     """
@@ -103,8 +106,8 @@ class RangeRequest(NamedTuple):
     uri: str
     version: str
     ranges: tuple[tuple[int, int], ...]
-    samples: tuple[int, ...]
-    slots: tuple[int, ...]
+    samples: np.ndarray
+    slots: np.ndarray
     cursor: Cursor
     chunk_length: int
 

@@ -22,6 +22,8 @@ from zephon.refs import Cursor, ShardInfo
 
 __all__ = ["DecodeJob", "SkipLedger", "decode_job"]
 
+Ints = np.ndarray | Sequence[int]  # a request's int64 column, or plain ints
+
 
 @dataclass
 class SkipLedger:
@@ -47,7 +49,7 @@ class DecodeJob:
     shard: ShardInfo
     index: Any
     parts: list[tuple[int, Bytes]]
-    samples: tuple[int, ...]
+    samples: Ints  # a request's int64 array, or any ints
     skip: bool
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -59,14 +61,16 @@ class DecodeJob:
 def decode_job(job: DecodeJob) -> tuple[list[Any], list[tuple[int, str]]]:
     """Decode a read; with ``skip``, failures are returned as ``(position, message)``."""
     blob = Blob(job.parts)
+    # Codecs take a list of ints: they index and loop in Python, where numpy scalars are slow.
+    samples = job.samples.tolist() if isinstance(job.samples, np.ndarray) else list(job.samples)
     try:
-        return list(job.codec.decode(job.shard, job.index, blob, job.samples)), []
+        return list(job.codec.decode(job.shard, job.index, blob, samples)), []
     except FormatError:
         if not job.skip:
             raise
     items: list[Any] = []
     failed: list[tuple[int, str]] = []
-    for pos, sample in enumerate(job.samples):  # find the bad ones, keep the rest
+    for pos, sample in enumerate(samples):  # find the bad ones, keep the rest
         try:
             items.extend(job.codec.decode(job.shard, job.index, blob, (sample,)))
         except FormatError as exc:
@@ -97,17 +101,17 @@ class ChunkAssembler:
         self.lane = lane
         self._emit = emit
         self._cursor: Cursor | None = None
-        self._parts: list[tuple[Sequence[int], Sequence[Any], int, int, Sequence[int]]] = []
+        self._parts: list[tuple[Ints, Sequence[Any], int, int, Ints]] = []
         self._failed = False
 
     def add(
         self,
         cursor: Cursor,
-        slots: Sequence[int],
+        slots: Ints,
         items: Sequence[Any],
         dataset: int,
         shard: int,
-        samples: Sequence[int],
+        samples: Ints,
         failed: bool = False,
     ) -> Any:
         """Add one read: ``items`` are samples ``samples`` of ``(dataset, shard)`` at
@@ -137,8 +141,8 @@ class ChunkAssembler:
             items = list(p_items)
         else:
             lengths = [len(p[0]) for p in parts]
-            slots = np.fromiter(chain.from_iterable(p[0] for p in parts), np.int64)
-            samples = np.fromiter(chain.from_iterable(p[4] for p in parts), np.int64)
+            slots = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts])
+            samples = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
             dataset = np.repeat(np.array([p[2] for p in parts], dtype=np.int64), lengths)
             shard = np.repeat(np.array([p[3] for p in parts], dtype=np.int64), lengths)
             items = list(chain.from_iterable(p[1] for p in parts))

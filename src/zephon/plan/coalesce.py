@@ -29,7 +29,8 @@ class PlannedReads:
     samples and slots of read ``i`` are ``samples[lo[i]:hi[i]]`` and ``slots[lo[i]:hi[i]]``.
 
     Planning stays columnar; :meth:`materialize` makes :class:`RangeRequest` objects for
-    consumers that want them, at about a microsecond each.
+    consumers that want them, at about a microsecond each (their samples and slots are views
+    of these columns).
     """
 
     dataset: np.ndarray
@@ -50,7 +51,7 @@ class PlannedReads:
     ) -> list[RangeRequest]:
         d_o, sh_o, u_o = self.dataset.tolist(), self.shard.tolist(), self.unit.tolist()
         lo, hi = self.lo.tolist(), self.hi.tolist()
-        samples_l, slots_l = self.samples.tolist(), self.slots.tolist()
+        samples, slots = self.samples, self.slots
         uris = [m.uris for m in manifests]
         versions = [m.versions for m in manifests]
         ranges: list[tuple[tuple[int, int], ...]] = [
@@ -64,8 +65,8 @@ class PlannedReads:
                 ranges[i] = ((0, int(layout.size_bytes)),)
         new = tuple.__new__  # the named tuple's own __new__ is a Python function: skip it
         return [
-            new(RangeRequest, (d, sh, uris[d][sh], versions[d][sh], rg, tuple(samples_l[a:b]),
-                               tuple(slots_l[a:b]), cursor, n))
+            new(RangeRequest, (d, sh, uris[d][sh], versions[d][sh], rg, samples[a:b],
+                               slots[a:b], cursor, n))
             for d, sh, rg, a, b in zip(d_o, sh_o, ranges, lo, hi, strict=True)
         ]  # fmt: skip
 

@@ -540,12 +540,11 @@ class StaticMixtureWorkSource:
         for chunk in self.chunks(lane, lanes, start):
             for request in chunk.requests:
                 if skip and request.slots[0] < skip:
-                    kept = [(a, s) for a, s in zip(request.samples, request.slots, strict=True)
-                            if s >= skip]  # fmt: skip
-                    if not kept:
+                    kept = request.slots >= skip
+                    if not kept.any():
                         continue
                     request = request._replace(
-                        samples=tuple(a for a, _ in kept), slots=tuple(s for _, s in kept)
+                        samples=request.samples[kept], slots=request.slots[kept]
                     )
                 yield request
             skip = 0
