@@ -96,6 +96,9 @@ def coalesce_chunks(
         if manifest.all_records:
             starts[mask], stops[mask] = manifest.spans(shards[mask], samples[mask])
             continue
+        if manifest.all_row_groups:
+            units[mask] = manifest.row_groups(shards[mask], samples[mask])
+            continue
         where = np.flatnonzero(mask)
         for shard in distinct(shards[where]):
             at = where[shards[where] == shard]
@@ -111,29 +114,18 @@ def coalesce_chunks(
     c_s, d_s, sh_s, u_s = chunk[order], datasets[order], shards[order], units[order]
     st_s, sp_s = starts[order], stops[order]
     new = np.ones(n, dtype=bool)
-    if n > 1:
-        same_shard = (
-            (c_s[1:] == c_s[:-1])
-            & (d_s[1:] == d_s[:-1])
-            & (sh_s[1:] == sh_s[:-1])
-            & (u_s[1:] == u_s[:-1])
-        )
-        # Furthest byte reached so far *within the shard*: a running maximum restarted at each
-        # shard by lifting every shard onto its own range of values.
-        shard_id = np.concatenate(([0], np.cumsum(~same_shard)))
-        lift = shard_id.astype(np.int64) << 42
-        running_stop = np.maximum.accumulate(np.where(u_s < 0, sp_s, 0) + lift) - lift
-        close = (st_s[1:] - running_stop[:-1]) <= gap_bytes
-        new[1:] = ~(same_shard & ((u_s[1:] >= 0) | close))
-    group = np.cumsum(new) - 1
-    # Split groups that grew past max_bytes: a new read every max_bytes from the group start.
-    first_start = st_s[new][group]
-    piece = np.maximum(np.where(u_s < 0, (sp_s - first_start - 1) // max_bytes, 0), 0)
-    new2 = new.copy()
-    if n > 1:
-        new2[1:] |= (group[1:] == group[:-1]) & (piece[1:] != piece[:-1])
-    seg = np.cumsum(new2) - 1
-    heads_sorted = np.flatnonzero(new2)
+    same_shard = (
+        (c_s[1:] == c_s[:-1])
+        & (d_s[1:] == d_s[:-1])
+        & (sh_s[1:] == sh_s[:-1])
+        & (u_s[1:] == u_s[:-1])
+    )
+    if bool((u_s >= 0).all()):  # unit reads only (Parquet): one read per unit, no byte gaps
+        new[1:] = ~same_shard
+    else:
+        new = _split_reads(new, same_shard, u_s, st_s, sp_s, gap_bytes, max_bytes)
+    seg = np.cumsum(new) - 1
+    heads_sorted = np.flatnonzero(new)
 
     # Within each segment, curriculum (slot) order; segments by their first slot (so by chunk,
     # as segment ids are).
@@ -178,6 +170,35 @@ def coalesce_chunks(
                 slots=final_slots[base:end] - base,
             )
         )
+    return out
+
+
+def _split_reads(
+    new: np.ndarray,
+    same_shard: np.ndarray,
+    units: np.ndarray,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    gap_bytes: int,
+    max_bytes: int,
+) -> np.ndarray:
+    """Where reads begin among sorted pointers that include record reads: a new shard or
+    unit, a gap over ``gap_bytes``, or ``max_bytes`` past the read's start."""
+    if len(new) > 1:
+        # Furthest byte reached so far *within the shard*: a running maximum restarted at each
+        # shard by lifting every shard onto its own range of values.
+        shard_id = np.concatenate(([0], np.cumsum(~same_shard)))
+        lift = shard_id.astype(np.int64) << 42
+        running_stop = np.maximum.accumulate(np.where(units < 0, stops, 0) + lift) - lift
+        close = (starts[1:] - running_stop[:-1]) <= gap_bytes
+        new[1:] = ~(same_shard & ((units[1:] >= 0) | close))
+    group = np.cumsum(new) - 1
+    # Split groups that grew past max_bytes: a new read every max_bytes from the group start.
+    first_start = starts[new][group]
+    piece = np.maximum(np.where(units < 0, (stops - first_start - 1) // max_bytes, 0), 0)
+    out = new.copy()
+    if len(new) > 1:
+        out[1:] |= (group[1:] == group[:-1]) & (piece[1:] != piece[:-1])
     return out
 
 

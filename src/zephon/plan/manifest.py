@@ -94,6 +94,21 @@ class Manifest:
             self._flat = np.concatenate([x.offsets for x in layouts])
             sizes = np.array([len(x.offsets) for x in layouts], dtype=np.int64)
             self._base = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        self._all_groups = (
+            bool(len(layouts))
+            and not self._uniform
+            and all(isinstance(x, RowGroupIndex) for x in layouts)
+        )
+        if self._all_groups:
+            # Every row group's first row as a dataset-wide row number, so the row groups of a
+            # chunk's samples are one search however many shards they come from.
+            firsts = np.concatenate(([0], np.cumsum(shard_samples)[:-1]))
+            self._group_rows = np.concatenate(
+                [first + x.row_starts[:-1] for first, x in zip(firsts, layouts, strict=True)]
+            )
+            counts = np.array([len(x.row_starts) - 1 for x in layouts], dtype=np.int64)
+            self._group_base = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            self._first_row = firsts
 
     @property
     def num_samples(self) -> int:
@@ -116,6 +131,18 @@ class Manifest:
         at = self._base[shards] + samples
         flat = self._flat
         return flat[at], flat[at + 1]
+
+    @property
+    def all_row_groups(self) -> bool:
+        """Every shard is Parquet-like: :meth:`row_groups` finds the read units."""
+        return self._all_groups
+
+    def row_groups(self, shards: np.ndarray, samples: np.ndarray) -> np.ndarray:
+        """The row group (within its shard) holding each ``(shard, sample)``, vectorised."""
+        rows = self._first_row[shards] + samples
+        found = np.searchsorted(self._group_rows, rows, side="right") - 1
+        out: np.ndarray = found - self._group_base[shards]
+        return out
 
     @classmethod
     def from_dataset(cls, dataset: Any) -> Manifest:

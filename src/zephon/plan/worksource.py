@@ -516,14 +516,19 @@ class StaticMixtureWorkSource:
         return shards, samples
 
     def _truncate(self, picks: np.ndarray, counts: np.ndarray, limits: np.ndarray) -> np.ndarray:
-        onehot = np.zeros((len(picks), len(counts)), dtype=np.int64)
-        onehot[np.arange(len(picks)), picks] = 1
-        running = counts + np.cumsum(onehot, axis=0)
-        reached = running >= limits
-        hit = reached.any(axis=1) if self.exhausted_policy == "stop" else reached.all(axis=1)
-        if hit.any():
-            return picks[: int(np.argmax(hit)) + 1]
-        return picks
+        """``picks`` up to the pointer that ends the curriculum: the first at which any
+        dataset (``stop``) or every dataset (``repeat``) has reached its limit."""
+        reach: list[int | None] = []  # per dataset, the first position at its limit
+        for d, need in enumerate((limits - counts).tolist()):
+            if need <= 0:
+                reach.append(0)
+                continue
+            where = np.flatnonzero(picks == d)
+            reach.append(int(where[need - 1]) if len(where) >= need else None)
+        hit = [r for r in reach if r is not None]
+        if self.exhausted_policy == "stop":
+            return picks[: min(hit) + 1] if hit else picks
+        return picks[: max(hit) + 1] if len(hit) == len(reach) else picks
 
     async def requests(
         self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None
