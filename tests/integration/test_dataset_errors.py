@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import shutil
 import tarfile
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.formatdata import FIXTURES, reference, to_jsonable, write_jsonl, write_parquet
@@ -58,6 +62,29 @@ def test_line_that_is_not_json_names_the_sample(tmp_path: Path) -> None:
     (tmp_path / "s.jsonl").write_text('{"a": 1}\n[1, 2]\n')
     with pytest.raises(FormatError, match="not an object"):
         Dataset.from_path("web", str(tmp_path)).head(2)
+
+
+@pytest.mark.parametrize("text_bytes", [40, 40_000])  # row groups of ~5 KB and ~2.5 MB
+def test_corrupt_row_group_names_its_first_sample(tmp_path: Path, text_bytes: int) -> None:
+    rows = [{"id": i, "text": f"{i:08d}" * (text_bytes // 8)} for i in range(192)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet", row_group_size=64,
+                   compression="none")  # fmt: skip
+    column = pq.ParquetFile(tmp_path / "t.parquet").metadata.row_group(1).column(1)
+    start = column.dictionary_page_offset or column.data_page_offset
+    data = bytearray((tmp_path / "t.parquet").read_bytes())
+    data[start : start + 16] = b"\x07" * 16  # the chunk's first page header
+    (tmp_path / "t.parquet").write_bytes(bytes(data))
+    ds = Dataset.from_path("tab", str(tmp_path))
+
+    async def read(samples: list[int]) -> list[Any]:
+        async with ds.open_storage() as storage:
+            return await ds.aread(storage, 0, samples)
+
+    assert asyncio.run(read([0, 63, 128])) == [rows[0], rows[63], rows[128]]  # others decode
+    with pytest.raises(FormatError) as info:
+        asyncio.run(read([70]))
+    assert (info.value.dataset, info.value.sample) == ("tab", 64)
+    assert info.value.uri is not None and info.value.uri.endswith("t.parquet")
 
 
 def test_corrupt_parquet_footer(tmp_path: Path) -> None:
