@@ -3,7 +3,9 @@
 1. End to end from the local S3 server (moto, its own process): Zephon vs a hand-written
    best-effort asyncio reader (aiobotocore, whole-shard GETs at the same concurrency, then
    ``json.loads`` per line / ``pyarrow`` per shard), JSONL and Parquet, one pass; both hand
-   every sample to the same ``async for`` loop.
+   every sample to the same ``async for`` loop. Every timed pass starts after ``gc.collect()``,
+   so a full collection of garbage left by earlier passes (~0.1 s in this process, every few
+   passes) lands on neither side at random.
 2. Trivial-op overhead on in-memory data: samples/s through decode -> map(identity) -> out.
 3. Peak RSS of a child process streaming a dataset larger than a 256 MiB fetch budget with
    a slow consumer.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import io
 import json
 import random
@@ -152,6 +155,7 @@ def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int, size:
                     ("h", hand_written(endpoint, keys, fmt, concurrency)),
                 ]
                 for who, coro in order if r % 2 == 0 else order[::-1]:
+                    gc.collect()
                     t = time.perf_counter()
                     n = asyncio.run(coro)
                     assert n == total, (who, n, total)
@@ -210,6 +214,7 @@ def breakdown(shards: int, per_shard: int, rounds: int, concurrency: int) -> Non
                 ParquetCodec.decode = fake_decode if fake else real_decode  # type: ignore[method-assign]
                 pq.read_table = (lambda src: _Placeholders(per_shard)) if fake else real_read_table
                 try:
+                    gc.collect()
                     started = time.process_time()
                     asyncio.run(make())
                     best[name] = min(best[name], time.process_time() - started)
