@@ -108,7 +108,13 @@ class DatasetOrder:
                     per = window // run
                     keys = [key_of("slots", self.seed, name, pass_, block, w) for w in which]
                     t, slot = np.divmod(p[full], per)
-                    p[full] = permute_keyed(slot, per, keys, at) * run + t
+                    if per * len(which) * 4 <= len(slot):  # many ranks per slot: each once
+                        pair = np.asarray(at) * per + slot
+                        pairs = np.array(distinct(pair), dtype=np.int64)
+                        images = permute_keyed(pairs % per, per, keys, pairs // per)
+                        p[full] = images[np.searchsorted(pairs, pair)] * run + t
+                    else:
+                        p[full] = permute_keyed(slot, per, keys, at) * run + t
                 else:
                     keys = [key_of("window", self.seed, name, pass_, block, w) for w in which]
                     p[full] = permute_keyed(p[full], window, keys, at)
@@ -122,10 +128,12 @@ class DatasetOrder:
             runs = domain // run  # whole runs moved around the block; a short tail stays put
             whole = pos < runs * run
             if runs > 1 and whole.any():
-                moved = permute(
-                    pos[whole] // run, runs, key_of("runs", self.seed, name, pass_, block)
-                )
-                pos[whole] = moved * run + pos[whole] % run
+                # A chunk's ranks lie in a few runs: permute each run once, not each rank.
+                of = pos[whole] // run
+                run_ids = np.array(distinct(of), dtype=np.int64)
+                moved = permute(run_ids, runs, key_of("runs", self.seed, name, pass_, block))
+                where = np.searchsorted(run_ids, of) if len(run_ids) > 1 else np.zeros_like(of)
+                pos[whole] = moved[where] * run + pos[whole] % run
             out[mask] = base + pos
         return out
 

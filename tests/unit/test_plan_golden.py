@@ -1,0 +1,71 @@
+"""The curriculum is part of the checkpoint contract: a checkpoint written by one version must
+resume the same pointers in the next. This digest of plans across shuffles, lanes, policies,
+run sizes and layouts changes only when the curriculum does; if it changes on purpose, say so
+in the release notes (old checkpoints will not resume exactly) and update it."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from zephon.formats.index import RecordIndex, RowGroupIndex
+from zephon.plan import Manifest, StaticMixtureWorkSource
+from zephon.plan.manifest import _Records
+
+GOLDEN = (10454, "bdbe39c7c7752c00dfd38ef96cce9abed1dc3d87ebedc76a43beb32d8e502d26")
+
+
+def _manifest(name: str, sizes: list[int], layouts: list[object]) -> Manifest:
+    return Manifest(name, f"{name}-{sizes}", np.array(sizes, dtype=np.int64),
+                    [f"memory://t/{name}/{i}" for i in range(len(sizes))], ["1"] * len(sizes),
+                    layouts)  # fmt: skip
+
+
+def records(name: str, sizes: list[int]) -> Manifest:
+    layouts: list[object] = []
+    for s, n in enumerate(sizes):  # uneven sample sizes, by arithmetic (no RNG to drift)
+        lengths = 1 + (np.arange(n, dtype=np.int64) * 7919 + s * 104729) % 400
+        offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        layouts.append(_Records(RecordIndex(offsets)))
+    return _manifest(name, sizes, layouts)
+
+
+def row_groups(name: str, sizes: list[int], rows: int) -> Manifest:
+    layouts: list[object] = []
+    for n in sizes:
+        starts = np.array([*range(0, n, rows), n], dtype=np.int64)
+        groups = len(starts) - 1
+        spans = np.arange(groups + 1, dtype=np.int64) * 1000
+        chunks = np.stack([spans[:-1], spans[1:]], axis=1).reshape(groups, 1, 2)
+        layouts.append(RowGroupIndex(starts, chunks, b"", np.full(groups, 1000, np.int64)))
+    return _manifest(name, sizes, layouts)
+
+
+def plan_digest() -> tuple[int, str]:
+    digest = hashlib.sha256()
+    chunks = 0
+    configs = [(shuffle, None, None, 64) for shuffle in ("none", "shards", "block", "global")]
+    configs += [("block", 4, 256, 64), ("block", 1, 128, 64), ("block", 2048, 8192, 1024)]
+    for shuffle, run, block, chunk in configs:
+        for policy in ("repeat", "stop"):
+            for lanes in (1, 3):
+                ws = StaticMixtureWorkSource(
+                    [records("a", [500, 3000, 70, 1200]), row_groups("b", [900, 40, 3330], 64),
+                     Manifest.uniform("u", 12, 250, 100)],
+                    {"a": 3, "b": 2, "u": 1}, shuffle=shuffle, chunk_size=chunk,
+                    block_size=block, run_size=run, exhausted_policy=policy,
+                    stop_after_passes=2, seed=7, coalesce_gap_bytes=100, max_request_bytes=4000,
+                )  # fmt: skip
+                for lane in range(lanes):
+                    for c in ws.chunks(lane, lanes):
+                        chunks += 1
+                        digest.update(c.datasets.tobytes() + c.shards.tobytes())
+                        digest.update(c.samples.tobytes() + repr(c.next_cursor).encode())
+                        for r in c.requests:
+                            digest.update(repr((r.ranges, r.slots.tolist())).encode())
+    return chunks, digest.hexdigest()
+
+
+def test_the_curriculum_is_what_it_was() -> None:
+    assert plan_digest() == GOLDEN
