@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import math
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -69,6 +70,10 @@ class WorkChunk:
 
 _RUN_TARGET_BYTES = 4 << 20
 _CHUNKS_AT_ONCE = 8  # chunks a lane plans in one numpy pass (sample mixtures)
+# Planning between two returns to the event loop. Returning after every chunk paced the
+# planner with consumption (one chunk per loop iteration), so a shard's reads were issued
+# only as the one before was being consumed, whatever the fetch concurrency allowed.
+_PLAN_SLICE_S = 0.001
 
 
 def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
@@ -536,12 +541,14 @@ class StaticMixtureWorkSource:
         """Range requests of lane ``lane`` of ``lanes`` in curriculum order.
 
         With ``resume`` (a :meth:`state` dict), continues after the pointers it records as
-        delivered. Planning is synchronous and cheap; control returns to the event loop after
-        every chunk.
+        delivered. Planning is synchronous and cheap; control returns to the event loop once
+        a millisecond of it has run (about eight chunks), so the other stages stay responsive
+        while the requests run as far ahead as the consumer of this iterator lets them.
         """
         start, skip = (None, 0)
         if resume is not None:
             start, skip = self.check_state(resume, lanes)
+        since = time.perf_counter()
         for chunk in self.chunks(lane, lanes, start):
             for request in chunk.requests:
                 if skip and request.slots[0] < skip:
@@ -553,4 +560,6 @@ class StaticMixtureWorkSource:
                     )
                 yield request
             skip = 0
-            await asyncio.sleep(0)
+            if time.perf_counter() - since >= _PLAN_SLICE_S:
+                await asyncio.sleep(0)
+                since = time.perf_counter()
