@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import operator
 import os
 import threading
 import time
@@ -495,10 +496,8 @@ class Pipeline:
         async with contextlib.aclosing(self._blocks(progress)) as blocks:
             async for block in blocks:
                 received = self._received  # a run starts afresh: read it once it has
-                received.open(block)
-                for i, item in enumerate(self._out(block.items), 1):
-                    received.taken = i  # the checkpoint is what the consumer has received
-                    yield item
+                for item in received.open(block, self._out(block.items)):
+                    yield item  # the checkpoint is what the consumer has received
 
     def _out(self, items: list[Any]) -> list[Any]:
         if self._torch is None:
@@ -541,11 +540,12 @@ class Pipeline:
 class _Received:
     """What the consumer has received, per lane: the last mark and the item count of each.
 
-    Handing out an item only bumps ``taken``; the open block's marks are folded in when the
-    next block opens or a checkpoint is taken, so delivery costs nothing per item.
+    The consumer takes the open block's items from the iterator :meth:`open` returns, so how
+    many it has received is how far that iterator has got; the open block's marks are folded in
+    when the next block opens or a checkpoint is taken, so delivery costs nothing per item.
     """
 
-    __slots__ = ("block", "ended", "items", "position", "settled", "taken")
+    __slots__ = ("_left", "_size", "block", "ended", "items", "position", "settled")
 
     def __init__(self, items: dict[int, int] | None = None, ended: frozenset[int] = frozenset()):
         self.position: dict[int, Mark] = {}
@@ -553,11 +553,20 @@ class _Received:
         self.ended = ended
         self.block: Block | None = None
         self.settled = 0
-        self.taken = 0
+        self._left: Iterator[Any] = iter(())
+        self._size = 0
 
-    def open(self, block: Block) -> None:
+    def open(self, block: Block, items: list[Any]) -> Iterator[Any]:
+        """Start handing out ``block`` (its ``items``, converted for the consumer)."""
         self.settle()
-        self.block, self.settled, self.taken = block, 0, 0
+        self.block, self.settled = block, 0
+        self._left, self._size = iter(items), len(items)
+        return self._left
+
+    @property
+    def taken(self) -> int:
+        """Items of the open block handed to the consumer."""
+        return self._size - operator.length_hint(self._left)
 
     def settle(self) -> None:
         block = self.block
@@ -1020,11 +1029,7 @@ class _Bridge:
             block = future.result()
             if block is None:
                 return
-            received = self.pipe._received
-            received.open(block)
-            for i, item in enumerate(self.pipe._out(block.items), 1):
-                received.taken = i
-                yield item
+            yield from self.pipe._received.open(block, self.pipe._out(block.items))
 
     async def _next(self) -> Block | None:
         try:
