@@ -169,6 +169,7 @@ class ParquetCodec:
     """
 
     format = "parquet"
+    takes_arrays = True  # ``samples`` may be an int64 array: picking rows is numpy work
 
     def __init__(self, dataset: str, columns: Sequence[str] | None = None) -> None:
         self.dataset = dataset

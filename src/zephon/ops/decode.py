@@ -61,8 +61,11 @@ class DecodeJob:
 def decode_job(job: DecodeJob) -> tuple[list[Any], list[tuple[int, str]]]:
     """Decode a read; with ``skip``, failures are returned as ``(position, message)``."""
     blob = Blob(job.parts)
-    # Codecs take a list of ints: they index and loop in Python, where numpy scalars are slow.
-    samples = job.samples.tolist() if isinstance(job.samples, np.ndarray) else list(job.samples)
+    # Codecs take a list of ints (they index and loop in Python, where numpy scalars are slow)
+    # unless they say they work on the array itself.
+    samples: Any = job.samples
+    if not getattr(job.codec, "takes_arrays", False):
+        samples = samples.tolist() if isinstance(samples, np.ndarray) else list(samples)
     try:
         return list(job.codec.decode(job.shard, job.index, blob, samples)), []
     except FormatError:
