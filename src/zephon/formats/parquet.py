@@ -187,7 +187,7 @@ class ParquetCodec:
     def decode(
         self, shard: ShardInfo, index: RowGroupIndex, blob: Blob, samples: Sequence[int]
     ) -> list[dict[str, Any]]:
-        if not samples:
+        if len(samples) == 0:
             return []
         source: pq.ParquetFile | None = None
 
