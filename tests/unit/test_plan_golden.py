@@ -9,17 +9,12 @@ import hashlib
 
 import numpy as np
 
-from zephon.formats.index import RecordIndex, RowGroupIndex
+from tests.property.test_planner import in_memory, row_groups
+from zephon.formats.index import RecordIndex
 from zephon.plan import Manifest, StaticMixtureWorkSource
 from zephon.plan.manifest import _Records
 
 GOLDEN = (10454, "bdbe39c7c7752c00dfd38ef96cce9abed1dc3d87ebedc76a43beb32d8e502d26")
-
-
-def _manifest(name: str, sizes: list[int], layouts: list[object]) -> Manifest:
-    return Manifest(name, f"{name}-{sizes}", np.array(sizes, dtype=np.int64),
-                    [f"memory://t/{name}/{i}" for i in range(len(sizes))], ["1"] * len(sizes),
-                    layouts)  # fmt: skip
 
 
 def records(name: str, sizes: list[int]) -> Manifest:
@@ -28,18 +23,7 @@ def records(name: str, sizes: list[int]) -> Manifest:
         lengths = 1 + (np.arange(n, dtype=np.int64) * 7919 + s * 104729) % 400
         offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         layouts.append(_Records(RecordIndex(offsets)))
-    return _manifest(name, sizes, layouts)
-
-
-def row_groups(name: str, sizes: list[int], rows: int) -> Manifest:
-    layouts: list[object] = []
-    for n in sizes:
-        starts = np.array([*range(0, n, rows), n], dtype=np.int64)
-        groups = len(starts) - 1
-        spans = np.arange(groups + 1, dtype=np.int64) * 1000
-        chunks = np.stack([spans[:-1], spans[1:]], axis=1).reshape(groups, 1, 2)
-        layouts.append(RowGroupIndex(starts, chunks, b"", np.full(groups, 1000, np.int64)))
-    return _manifest(name, sizes, layouts)
+    return in_memory(name, f"{name}-{sizes}", sizes, layouts)
 
 
 def plan_digest() -> tuple[int, str]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-__all__ = ["distinct"]
+__all__ = ["distinct", "per_distinct"]
 
 
 def distinct(values: np.ndarray) -> list[int]:
@@ -22,3 +24,15 @@ def distinct(values: np.ndarray) -> list[int]:
     if high - low < 4 * len(values):
         return (np.flatnonzero(np.bincount(values - low)) + low).tolist()
     return np.unique(values).tolist()  # type: ignore[no-any-return]
+
+
+def per_distinct(values: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``fn(values)`` for an elementwise ``fn``, evaluated once per distinct value: a chunk's
+    ranks fall in a few runs or window slots, so this spares most of a costly ``fn``."""
+    uniq = np.array(distinct(values), dtype=np.int64)
+    if len(uniq) == 0:
+        return np.zeros(0, dtype=np.int64)
+    images = fn(uniq)
+    where = np.searchsorted(uniq, values) if len(uniq) > 1 else np.zeros(len(values), np.int64)
+    out: np.ndarray = images[where]
+    return out

@@ -20,10 +20,12 @@ cumulative sizes of the pass's shard order), never O(samples).
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import partial
+from typing import Any
 
 import numpy as np
 
-from zephon.plan.arrays import distinct
+from zephon.plan.arrays import distinct, per_distinct
 from zephon.plan.manifest import Manifest
 from zephon.plan.permute import key_of, permute, permute_keyed
 
@@ -110,9 +112,12 @@ class DatasetOrder:
                     t, slot = np.divmod(p[full], per)
                     if per * len(which) * 4 <= len(slot):  # many ranks per slot: each once
                         pair = np.asarray(at) * per + slot
-                        pairs = np.array(distinct(pair), dtype=np.int64)
-                        images = permute_keyed(pairs % per, per, keys, pairs // per)
-                        p[full] = images[np.searchsorted(pairs, pair)] * run + t
+
+                        def slot_images(u: np.ndarray, n: int = per, k: list[int] = keys) -> Any:
+                            return permute_keyed(u % n, n, k, u // n)
+
+                        images = per_distinct(pair, slot_images)
+                        p[full] = images * run + t
                     else:
                         p[full] = permute_keyed(slot, per, keys, at) * run + t
                 else:
@@ -129,11 +134,9 @@ class DatasetOrder:
             whole = pos < runs * run
             if runs > 1 and whole.any():
                 # A chunk's ranks lie in a few runs: permute each run once, not each rank.
-                of = pos[whole] // run
-                run_ids = np.array(distinct(of), dtype=np.int64)
-                moved = permute(run_ids, runs, key_of("runs", self.seed, name, pass_, block))
-                where = np.searchsorted(run_ids, of) if len(run_ids) > 1 else np.zeros_like(of)
-                pos[whole] = moved[where] * run + pos[whole] % run
+                key = key_of("runs", self.seed, name, pass_, block)
+                moved = per_distinct(pos[whole] // run, partial(permute, n=runs, key=key))
+                pos[whole] = moved * run + pos[whole] % run
             out[mask] = base + pos
         return out
 
