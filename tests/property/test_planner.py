@@ -255,6 +255,42 @@ def test_chunks_planned_together_equal_chunks_planned_one_by_one(
 
 
 @SETTINGS
+@given(manifests, shuffles, st.integers(1, 40), st.integers(1, 9), st.sampled_from(["a", "b"]),
+       st.integers(0, 600), st.sampled_from([None, 1]))  # fmt: skip
+def test_pointers_in_storage_order_skip_the_sort_and_plan_the_same_reads(
+    sizes: list[int], shuffle: str, chunk: int, rows: int, name: str, gap: int, run: int | None
+) -> None:
+    import zephon.plan.coalesce as coalesce
+
+    m = ragged("a", sizes, 4) if name == "a" else row_groups("b", sizes, rows)
+    passes = 1 if shuffle == "none" else 2  # one pass of storage order: nothing to sort
+
+    def plan() -> list[Any]:
+        ws = StaticMixtureWorkSource([m], shuffle=shuffle, chunk_size=chunk, run_size=run,
+                                     stop_after_passes=passes, seed=5, coalesce_gap_bytes=gap,
+                                     max_request_bytes=2000)  # fmt: skip
+        return [[plain(r) for r in c.requests] for c in ws.chunks()]
+
+    seen: list[bool] = []
+    fast = coalesce.in_order
+
+    def spy(keys: Any, within: Any) -> bool:
+        seen.append(fast(keys, within))
+        return seen[-1]
+
+    coalesce.in_order = spy  # type: ignore[assignment]
+    try:
+        planned = plan()
+        coalesce.in_order = lambda keys, within: False  # type: ignore[assignment]
+        sorted_ = plan()
+    finally:
+        coalesce.in_order = fast
+    assert planned == sorted_
+    if shuffle == "none":
+        assert seen and all(seen)
+
+
+@SETTINGS
 @given(manifests, shuffles, st.sampled_from([1, 2]), st.integers(1, 30), st.data())
 def test_resume_from_any_cut_yields_exactly_the_rest(
     sizes: list[int], shuffle: str, lanes: int, chunk: int, data: st.DataObject

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["distinct", "per_distinct"]
+__all__ = ["distinct", "in_order", "per_distinct"]
 
 
 def distinct(values: np.ndarray) -> list[int]:
@@ -36,3 +36,19 @@ def per_distinct(values: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> 
     where = np.searchsorted(uniq, values) if len(uniq) > 1 else np.zeros(len(values), np.int64)
     out: np.ndarray = images[where]
     return out
+
+
+def in_order(keys: tuple[np.ndarray, ...], within: np.ndarray) -> bool:
+    """Whether rows are sorted by ``keys`` (most significant first) wherever consecutive rows
+    share ``within`` (a nondecreasing group id, such as the chunk): then a lexsort by
+    ``(within, *keys)`` would leave them in place. A few elementwise passes, against sorts
+    and gathers of every key."""
+    if len(within) < 2:
+        return True
+    tied = within[1:] == within[:-1]  # pairs whose order the keys still decide
+    for key in keys:
+        step = key[1:] - key[:-1]
+        if bool((tied & (step < 0)).any()):
+            return False
+        tied &= step == 0
+    return True

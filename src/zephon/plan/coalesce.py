@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.formats.index import RowGroupIndex, StreamIndex
-from zephon.plan.arrays import distinct
+from zephon.plan.arrays import distinct, in_order
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
@@ -110,9 +110,14 @@ def coalesce_chunks(
             else:
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
-    order = np.lexsort((starts, units, shards, datasets, chunk))
-    c_s, d_s, sh_s, u_s = chunk[order], datasets[order], shards[order], units[order]
-    st_s, sp_s = starts[order], stops[order]
+    keys = (datasets, shards, units, starts)
+    ordered = in_order(keys, within=chunk)  # storage order already: no shuffle, or block runs
+    if ordered:
+        c_s, d_s, sh_s, u_s, st_s, sp_s = chunk, datasets, shards, units, starts, stops
+    else:
+        order = np.lexsort((starts, units, shards, datasets, chunk))
+        c_s, d_s, sh_s, u_s = chunk[order], datasets[order], shards[order], units[order]
+        st_s, sp_s = starts[order], stops[order]
     new = np.ones(n, dtype=bool)
     same_shard = (
         (c_s[1:] == c_s[:-1])
@@ -129,14 +134,17 @@ def coalesce_chunks(
 
     # Within each segment, curriculum (slot) order; segments by their first slot (so by chunk,
     # as segment ids are).
-    slot_s = slots[order]
-    by_slot = np.lexsort((slot_s, seg))
-    seg_b = seg[by_slot]
+    if ordered:  # segments are runs of consecutive slots already
+        seg_b, final_slots, final_samples = seg, slots, samples
+    else:
+        slot_s = slots[order]
+        by_slot = np.lexsort((slot_s, seg))
+        seg_b = seg[by_slot]
+        final_slots = slot_s[by_slot]
+        final_samples = samples[order][by_slot]
     is_head = np.ones(n, dtype=bool)
     is_head[1:] = seg_b[1:] != seg_b[:-1]
     bounds = np.append(np.flatnonzero(is_head), n)
-    final_slots = slot_s[by_slot]
-    final_samples = samples[order][by_slot]
     heads = bounds[:-1]
     seg_ids = seg_b[heads]
     seg_start = np.minimum.reduceat(st_s, heads_sorted) if n else st_s
