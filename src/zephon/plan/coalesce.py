@@ -111,7 +111,7 @@ def coalesce_chunks(
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
     keys = (datasets, shards, units, starts)
-    ordered = in_order(keys, within=chunk)  # storage order already: no shuffle, or block runs
+    ordered = in_order(keys, within=chunk)  # storage order already (no shuffle, say)
     if ordered:
         c_s, d_s, sh_s, u_s, st_s, sp_s = chunk, datasets, shards, units, starts, stops
     else:
@@ -136,15 +136,16 @@ def coalesce_chunks(
     # as segment ids are).
     if ordered:  # segments are runs of consecutive slots already
         seg_b, final_slots, final_samples = seg, slots, samples
+        bounds = np.append(heads_sorted, n)
     else:
         slot_s = slots[order]
         by_slot = np.lexsort((slot_s, seg))
         seg_b = seg[by_slot]
         final_slots = slot_s[by_slot]
         final_samples = samples[order][by_slot]
-    is_head = np.ones(n, dtype=bool)
-    is_head[1:] = seg_b[1:] != seg_b[:-1]
-    bounds = np.append(np.flatnonzero(is_head), n)
+        is_head = np.ones(n, dtype=bool)
+        is_head[1:] = seg_b[1:] != seg_b[:-1]
+        bounds = np.append(np.flatnonzero(is_head), n)
     heads = bounds[:-1]
     seg_ids = seg_b[heads]
     seg_start = np.minimum.reduceat(st_s, heads_sorted) if n else st_s
