@@ -1,0 +1,161 @@
+"""Two revisions of Zephon side by side in one run: is a change within noise?
+
+The base revision's ``src/`` is exported (``git archive``) to a temporary directory; every
+measurement runs in a child process whose ``PYTHONPATH`` picks either tree, base and head
+alternating in a rotated order each round, and the medians are compared.
+
+- ``pipeline``: one pass through the pipeline from one moto server (JSONL and Parquet,
+  ~100-byte rows, shuffles ``none`` and ``block``), and trivial-op throughput over in-memory
+  data with one and four lanes. Samples/s, head / base.
+- ``planner``: ``benchmarks/planner.py``'s children (every shuffle mode, the 70/30 mixture):
+  planned pointers/s and peak RSS, head / base.
+
+    .venv/bin/python benchmarks/revisions.py --base HEAD~1 pipeline
+    .venv/bin/python benchmarks/revisions.py --base HEAD~1 planner --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PIPELINE_CASES = ["jsonl:none", "jsonl:block", "parquet:none", "parquet:block",
+                  "trivial:1", "trivial:4"]  # fmt: skip
+PLANNER_CASES = ["none", "shards", "block", "global", "block+mix", "global+mix"]
+
+
+def export(rev: str, into: Path) -> Path:
+    """``src/`` of ``rev`` under ``into``; returns the directory to put on ``PYTHONPATH``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
+
+
+def child_pipeline(case: str, endpoint_url: str, passes: int) -> dict[str, float]:
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+    from zephon.testing import S3Endpoint
+
+    kind, mode = case.split(":")
+    if kind == "trivial":
+        records = [{"id": i, "text": "x" * (i % 50)} for i in range(200_000)]
+        ds = Dataset.from_records("mem", records, samples_per_shard=10_000)
+        ws, lanes = StaticMixtureWorkSource([ds], shuffle="block"), int(mode)
+    else:
+        options = S3Endpoint(endpoint_url).storage_options()
+        prefix = "jsonl/" if kind == "jsonl" else "pq/"
+        ds = Dataset.from_path(kind, f"s3://bench/{prefix}", storage_options=options)
+        ws = StaticMixtureWorkSource([ds], shuffle=mode, stop_after_passes=1)
+        lanes = 1
+
+    async def one() -> float:
+        started, n = time.perf_counter(), 0
+        pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes, max_inflight_requests=16)
+        async for _ in pipe.map(_identity) if kind == "trivial" else pipe:
+            n += 1
+        assert n == ds.num_samples, (n, ds.num_samples)
+        return n / (time.perf_counter() - started)
+
+    asyncio.run(one())  # warm-up: imports, connections, index cache
+    return {"rate": statistics.median(asyncio.run(one()) for _ in range(passes))}
+
+
+def _identity(sample: Any) -> Any:
+    return sample
+
+
+def run_child(tree: Path, args: list[str]) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise SystemExit(f"{' '.join(args)} failed under {tree}:\n{out.stderr}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def compare(trees: dict[str, Path], cases: list[str], command: Any, rounds: int) -> None:
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    names = list(trees)
+    for r in range(rounds):
+        for case in cases:
+            for name in names[r % 2 :] + names[: r % 2]:  # no side always first
+                results.setdefault((case, name), []).append(run_child(trees[name],
+                                                                      command(case)))  # fmt: skip
+    metrics = list(results[(cases[0], "head")][0])
+    print(f"{'case':<14}" + "".join(f" {f'{m} base':>14} {f'{m} head':>14} {'head/base':>10}"
+                                    for m in metrics))  # fmt: skip
+    for case in cases:
+        row = f"{case:<14}"
+        for m in metrics:
+            base = statistics.median(x[m] for x in results[(case, "base")])
+            head = statistics.median(x[m] for x in results[(case, "head")])
+            row += f" {base:>14,.0f} {head:>14,.0f} {head / base:>9.2f}x"
+        print(row)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("suite", nargs="?", choices=["pipeline", "planner"], default="pipeline")
+    parser.add_argument("--base", default="HEAD", help="git revision to compare against")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--passes", type=int, default=3, help="timed passes per child")
+    parser.add_argument("--pointers", type=int, default=1_000_000, help="planner pointers")
+    parser.add_argument("--child", nargs=2, default=None, metavar=("CASE", "ENDPOINT"))
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child_pipeline(args.child[0], args.child[1], args.passes)))
+        return
+    with tempfile.TemporaryDirectory(prefix="zephon-base-") as tmp:
+        trees = {"base": export(args.base, Path(tmp)), "head": ROOT / "src"}
+        print(f"# base {args.base} against the working tree, median of {args.rounds} rounds")
+        if args.suite == "planner":
+            cmd = [str(HERE / "planner.py"), "--pointers", str(args.pointers), "--child"]
+
+            def planner(case: str) -> list[str]:
+                mode, _, mix = case.partition("+")
+                return [*cmd, mode] + (["--mix"] if mix else [])
+
+            compare(trees, PLANNER_CASES, planner, args.rounds)
+            return
+        pipeline_suite(trees, args)
+
+
+def pipeline_suite(trees: dict[str, Path], args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(HERE))
+    from pipeline import jsonl_shard, parquet_shard
+
+    from zephon.testing import MotoServer
+
+    with MotoServer() as endpoint:
+        endpoint.create_bucket("bench")
+        client = endpoint.client()
+        for i in range(16):
+            client.put_object(Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl",
+                              Body=jsonl_shard(i, 10_000))  # fmt: skip
+            client.put_object(Bucket="bench", Key=f"pq/p{i:04d}.parquet",
+                              Body=parquet_shard(i, 10_000))  # fmt: skip
+        print("# pipeline: 16 shards x 10,000 rows from moto; trivial: 200,000 in-memory rows")
+        me = str(Path(__file__).resolve())
+
+        def command(case: str) -> list[str]:
+            return [me, "--passes", str(args.passes), "--child", case, endpoint.endpoint_url]
+
+        compare(trees, PIPELINE_CASES, command, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""The builder: ``Pipeline``, a fluent and immutable description, and its iteration.
+
+Every builder method returns a new pipeline with one more step (the spec is frozen);
+iterating starts a :class:`~zephon.pipeline.run.Run` of the spec; checkpoints are what the
+consumer received (:mod:`zephon.pipeline.state`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from functools import partial
+from typing import Any
+
+from zephon.errors import ConfigError
+from zephon.ops.block import Block
+from zephon.pipeline import state
+from zephon.pipeline.bridge import SyncBridge
+from zephon.pipeline.progress import ProgressBar
+from zephon.pipeline.run import Run
+from zephon.pipeline.spec import PipelineSpec, Step, default_rank
+from zephon.plan import StaticMixtureWorkSource
+from zephon.storage import RetryPolicy, StorageLimits
+
+__all__ = ["Pipeline"]
+
+
+class Pipeline:
+    """Fetches a work source's range requests and runs operators over the samples.
+
+    Args:
+        source: the curriculum (its datasets must be :class:`~zephon.dataset.Dataset`).
+        rank, world_size: this process's place; default from ``torch.distributed`` or the
+            ``RANK``/``WORLD_SIZE`` environment.
+        lanes: logical streams (default ``world_size``); must be a multiple of ``world_size``.
+            Rank ``r`` owns lanes ``[r * lanes / world_size, (r + 1) * lanes / world_size)``.
+        deterministic: ``False`` delivers in completion order instead of curriculum order.
+        on_error: ``"raise"``, or ``"skip"`` samples that fail to decode (counted, listed in
+            ``stats()``) up to ``max_skipped``.
+        fetch_budget_bytes: fetched bytes held in the pipeline at most.
+        max_inflight_requests: reads in flight per lane at most.
+        limits, retry: storage client bounds and retry policy.
+        decode_processes: decode in a worker pool of this size (``0``: in process).
+        prefetch: blocks of output kept ready for the consumer.
+        range_cache_bytes: recently fetched ranges kept so that neighbouring chunks fetch
+            shared bytes once (see :class:`~zephon.ops.fetch.RangeCache`); ``0`` disables.
+
+    Raises:
+        ConfigError: invalid arguments.
+    """
+
+    def __init__(
+        self,
+        source: StaticMixtureWorkSource,
+        rank: int | None = None,
+        world_size: int | None = None,
+        lanes: int | None = None,
+        *,
+        deterministic: bool = True,
+        on_error: str = "raise",
+        max_skipped: int = 1000,
+        fetch_budget_bytes: int = 256 << 20,
+        max_inflight_requests: int = 64,
+        limits: StorageLimits | None = None,
+        retry: RetryPolicy | None = None,
+        decode_processes: int = 0,
+        prefetch: int = 4,
+        range_cache_bytes: int = 64 << 20,
+    ) -> None:
+        if rank is None or world_size is None:
+            env_rank, env_world = default_rank()
+            rank = env_rank if rank is None else rank
+            world_size = env_world if world_size is None else world_size
+        spec = PipelineSpec(
+            source, rank, world_size, world_size if lanes is None else lanes,
+            deterministic=deterministic, on_error=on_error, max_skipped=max_skipped,
+            fetch_budget_bytes=fetch_budget_bytes, max_inflight_requests=max_inflight_requests,
+            limits=limits, retry=retry, decode_processes=decode_processes,
+            prefetch_blocks=prefetch, range_cache_bytes=range_cache_bytes,
+        )  # fmt: skip
+        self._init(spec)
+
+    def _init(self, spec: PipelineSpec) -> None:
+        self.spec = spec
+        self._resume = state.Resume()
+        self._received = state.Received()
+        self._last: Run | None = None
+        self._runs: weakref.WeakSet[Run] = weakref.WeakSet()
+
+    # -- building ---------------------------------------------------------------------
+
+    def _with(self, step: Step | None = None, **changes: Any) -> Pipeline:
+        if step is not None:
+            changes["steps"] = (*self.spec.steps, step)
+        new = object.__new__(Pipeline)
+        new._init(dataclasses.replace(self.spec, **changes))
+        return new
+
+    def _check_before_batch(self, what: str) -> None:
+        if any(step.kind == "batch" for step in self.spec.steps):
+            raise ConfigError(f"{what} after batch() is not supported; put it before batch()")
+
+    @staticmethod
+    def _check_processes(processes: int, fn: Any, what: str) -> None:
+        if processes < 0:
+            raise ConfigError(f"processes must be >= 0, got {processes}")
+        if processes and asyncio.iscoroutinefunction(fn):
+            raise ConfigError(f"an async {what} cannot run in the process pool")
+
+    def map(self, fn: Callable[[Any], Any], processes: int = 0) -> Pipeline:
+        """``fn(sample) -> sample | None`` (sync or async; ``None`` drops the sample). With
+        ``processes=N``, ``fn`` must be a picklable top-level function; it runs in the
+        pipeline's worker pool, a block at a time, with identical output."""
+        self._check_processes(processes, fn, "function")
+        return self._with(Step("map", fn, processes))
+
+    def filter(self, pred: Callable[[Any], Any], processes: int = 0) -> Pipeline:
+        """Keep samples for which ``pred(sample)`` is true (sync or async)."""
+        self._check_processes(processes, pred, "predicate")
+        return self._with(Step("filter", pred, processes))
+
+    def apply(self, op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Pipeline:
+        """A custom operator: ``op(stream) -> stream``, an async generator over items.
+
+        Runs per lane and resumes exactly from checkpoints. An op with ``state() -> dict``
+        (JSON) and ``restore(dict)`` is stateful: each lane of each run works on its own deep
+        copy, ``state()`` is taken after every output (it must describe everything the op
+        holds at that point, and be cheap). Any other op must be stateless: each output
+        depends only on the latest input taken (a filter or flat-map), so on resume that
+        input is fed again and the outputs already delivered are skipped.
+        """
+        return self._with(Step("apply", op))
+
+    def batch(self, size: int, drop_last: bool = False) -> Pipeline:
+        """Collate ``size`` samples per batch (per lane) into a dict of columns."""
+        if size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {size}")
+        self._check_before_batch("batch")
+        return self._with(Step("batch", size=size, drop_last=drop_last))
+
+    def shuffle(self, buffer_size: int = 8192, seed: int | None = None) -> Pipeline:
+        """Permute each lane's items within consecutive windows of ``buffer_size``; keyed by
+        (seed, lane, window start), so it is deterministic and resumes exactly without
+        saving buffered items. ``seed`` defaults to the work source's seed."""
+        if buffer_size < 1:
+            raise ConfigError(f"buffer_size must be >= 1, got {buffer_size}")
+        self._check_before_batch("shuffle")
+        chosen = self.spec.source.seed if seed is None else seed
+        return self._with(Step("shuffle", chosen, size=buffer_size))
+
+    def tokenize(
+        self,
+        tokenizer: Any,
+        field: str = "text",
+        max_length: int | None = None,
+        bos: bool | int = True,
+        eos: bool | int = True,
+        processes: int = 0,
+    ) -> Pipeline:
+        """Add ``input_ids`` (int32) from ``sample[field]``, batch-encoding each block; see
+        :class:`~zephon.ops.tokenize.Tokenize` for the accepted tokenizers."""
+        from zephon.ops.tokenize import Tokenize
+
+        self._check_before_batch("tokenize")
+        self._check_processes(processes, None, "tokenizer")
+        tok = Tokenize(tokenizer, field, max_length, bos, eos)
+        return self._with(Step("tokenize", tok, processes))
+
+    def pack(
+        self,
+        seq_len: int,
+        algorithm: str = "concat",
+        pad_id: int = 0,
+        field: str = "input_ids",
+        window: int = 1024,
+    ) -> Pipeline:
+        """Rows of exactly ``seq_len`` tokens with ``input_ids``, ``positions`` and
+        ``segment_ids``; ``algorithm`` is ``concat`` (no token lost), ``first_fit`` or
+        ``best_fit`` (over windows of ``window`` documents, padded with ``pad_id``)."""
+        from zephon.ops.pack import PACK_ALGORITHMS
+
+        if seq_len < 1:
+            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
+        if algorithm not in PACK_ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {PACK_ALGORITHMS}, got {algorithm!r}")
+        if window < 1:
+            raise ConfigError(f"window must be >= 1, got {window}")
+        self._check_before_batch("pack")
+        return self._with(Step("pack", (seq_len, algorithm, pad_id, field, window)))
+
+    def to_torch(self, pin_memory: bool = False) -> Pipeline:
+        """Deliver numpy arrays as torch tensors (the ``torch`` extra); after ``batch`` too."""
+        try:  # the adapter is imported here, on request: the pipeline never depends on torch
+            from zephon.torch import to_tensors
+        except ImportError:
+            raise ConfigError("to_torch() needs torch: pip install 'zephon[torch]'") from None
+        return self._with(convert=partial(to_tensors, pin_memory=pin_memory))
+
+    def to_torch_dataset(self, pin_memory: bool = False) -> Any:
+        """This pipeline as a torch ``IterableDataset`` with ``state_dict``/``load_state_dict``
+        (for ``DataLoader(batch_size=None)`` and torchdata's ``StatefulDataLoader``)."""
+        try:
+            from zephon.torch import ZephonIterableDataset
+        except ImportError:
+            raise ConfigError(
+                "to_torch_dataset() needs torch: pip install 'zephon[torch]'"
+            ) from None
+        return ZephonIterableDataset(self, pin_memory)
+
+    def prefetch(self, blocks: int) -> Pipeline:
+        """Keep up to ``blocks`` blocks of output ready ahead of the consumer."""
+        return self._with(prefetch_blocks=blocks)
+
+    def decode(self, processes: int = 0) -> Pipeline:
+        """Decode shards in a worker pool of ``processes`` (``0``: in the event loop)."""
+        if processes < 0:
+            raise ConfigError(f"processes must be >= 0, got {processes}")
+        return self._with(decode_processes=processes)
+
+    # -- introspection ----------------------------------------------------------------
+
+    @property
+    def source(self) -> StaticMixtureWorkSource:
+        return self.spec.source
+
+    @property
+    def rank(self) -> int:
+        return self.spec.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size
+
+    @property
+    def lanes(self) -> int:
+        return self.spec.lanes
+
+    @property
+    def my_lanes(self) -> range:
+        """The lanes this rank owns."""
+        return self.spec.my_lanes
+
+    def explain(self) -> str:
+        """The planned stages and their concurrency, as text."""
+        return self.spec.explain()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the current (or last) run: per stage, fetch, consumer, skipped."""
+        return self._last.stats() if self._last is not None else {}
+
+    # -- checkpoints ------------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        """JSON state of what the consumer has received, for this rank's lanes.
+
+        Small (a cursor per lane) and free of pickles. Any rank's checkpoint, or
+        :meth:`merge_checkpoints` of several, restores on any world size with the same lanes.
+
+        A custom ``apply`` op is resumed exactly if it is stateless (each output depends only
+        on the latest input) or implements ``state() -> dict`` (JSON) and ``restore(dict)``.
+        """
+        return state.checkpoint(self.spec, self._received, self._resume)
+
+    @staticmethod
+    def merge_checkpoints(states: list[dict[str, Any]]) -> dict[str, Any]:
+        """One checkpoint from the checkpoints of several ranks (their lanes together)."""
+        return state.merge_checkpoints(states)
+
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Continue, on the next iteration, exactly after what ``checkpoint`` records as
+        received.
+
+        Reads only this rank's lanes. Raises ``StateMismatch`` naming what differs when the
+        checkpoint belongs to another pipeline (datasets, seed, lanes, operators...).
+        """
+        self._resume = state.restore(self.spec, checkpoint)
+        self._received = self._resume.received()
+
+    # -- running ----------------------------------------------------------------------
+
+    async def _blocks(self, progress: bool) -> AsyncGenerator[Block, None]:
+        """Run the pipeline, yielding a block at a time."""
+        # A restored start carries on the checkpoint's counts; any other starts afresh.
+        received = self._resume.received() if self._resume.lanes else state.Received()
+        self._received = received
+        run = Run(self.spec, self._resume, received)
+        self._last = run
+        self._runs.add(run)
+        bar = ProgressBar(time.perf_counter(), lambda: sum(
+            s.stats.bytes_read for s in run.storages)) if progress else None  # fmt: skip
+        await run.start()
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    block = await run.output.receive()
+                except StopAsyncIteration:
+                    break
+                run.stall_s += time.perf_counter() - started
+                run.delivered += len(block.items)
+                if bar is not None:
+                    bar.advance(len(block.items))
+                yield block
+        finally:
+            if bar is not None:
+                bar.close()
+            await run.stop()
+
+    def _open(self, block: Block) -> Iterator[Any]:
+        """The block's items for the consumer, counted as received as they are taken."""
+        convert = self.spec.convert
+        items = block.items if convert is None else [convert(x) for x in block.items]
+        return self._received.open(block, items)
+
+    async def _aiter(self, progress: bool) -> AsyncIterator[Any]:
+        async with contextlib.aclosing(self._blocks(progress)) as blocks:
+            async for block in blocks:
+                for item in self._open(block):
+                    yield item  # the checkpoint is what the consumer has received
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._aiter(progress=False)
+
+    def aiter(self, progress: bool = False) -> AsyncIterator[Any]:
+        """Async iteration, optionally with a progress bar."""
+        return self._aiter(progress)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iter()
+
+    def iter(self, progress: bool = False) -> Iterator[Any]:
+        """Iterate from synchronous code: the pipeline runs on a background event loop (uvloop
+        when installed); blocks cross threads, items are yielded here. Breaking out or closing
+        the iterator stops the pipeline and releases every task, connection and worker."""
+        bridge = SyncBridge(self._blocks(progress))
+        try:
+            for block in bridge:
+                yield from self._open(block)
+        finally:
+            bridge.close()
+
+    async def aclose(self) -> None:
+        """Stop every running iteration of this pipeline."""
+        for run in list(self._runs):
+            await run.stop()
+
+    def close(self) -> None:
+        """Stop every running iteration started from synchronous code."""
+        for run in list(self._runs):
+            run.stop_threadsafe()

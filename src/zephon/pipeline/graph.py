@@ -1,0 +1,316 @@
+"""The running graph of one lane: a spec turned into stages joined by bounded channels.
+
+Per lane::
+
+    planner requests -> group -> fetch (ordered, byte budget) -> decode (loop or pool)
+      -> assemble chunks in slot order -> steps (map / filter / tokenize / shuffle / ...)
+
+Each stage kind has its own small function; :func:`build_lane` wires them in a task group
+and returns the lane's output channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import compress
+from typing import Any
+
+import numpy as np
+
+from zephon.engine.channel import Channel, closing
+from zephon.engine.pool import WorkerPool
+from zephon.engine.runner import ordered, stage, timed_receive, timed_send
+from zephon.engine.stats import StageStats
+from zephon.ops.batch import batch_blocks
+from zephon.ops.block import Block, ChunkRows, Mark
+from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
+from zephon.ops.fetch import Fetched, RangeCache, group_requests, group_reservations, read_group
+from zephon.ops.pack import pack_blocks
+from zephon.ops.shuffle import shuffle_blocks
+from zephon.ops.transform import apply_block, run_apply
+from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step
+from zephon.refs import RangeRequest
+from zephon.storage import ManagedStorage
+from zephon.storage.gate import CapacityGate
+
+__all__ = ["Resources", "build_lane"]
+
+LANE_CHANNEL = 4  # blocks buffered between two stages of a lane
+
+Decoded = tuple[Fetched, list[Any], list[tuple[int, str]]]  # a read, its samples, failures
+
+
+@dataclass
+class Resources:
+    """What a run's stages share: storage clients, the fetch byte budget, the range cache,
+    the worker pool, the skip ledger and the stage counters."""
+
+    storages: list[ManagedStorage]
+    budget: CapacityGate
+    range_cache: RangeCache | None
+    pool: WorkerPool | None
+    ledger: SkipLedger
+    stages: dict[str, StageStats] = field(default_factory=dict)
+    encoder: ThreadPoolExecutor | None = None
+
+    def stats(self, name: str, concurrency: str = "1") -> StageStats:
+        """A new stage's counters, registered under ``name``."""
+        self.stages[name] = stats = StageStats(name, concurrency)
+        return stats
+
+    def encoder_thread(self) -> ThreadPoolExecutor:
+        """The run's thread for tokenizers that release the GIL (made on first use)."""
+        if self.encoder is None:
+            self.encoder = ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
+        return self.encoder
+
+
+def build_lane(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
+    resume: dict[str, Any] | None,
+) -> Channel[Block]:  # fmt: skip
+    """Start every stage of ``lane`` in ``tg``; returns the channel of its output blocks.
+    ``resume`` is the lane's entry of a restored checkpoint (planner state and mark)."""
+    requests = spec.source.requests(
+        lane, spec.lanes, resume=resume["state"] if resume is not None else None
+    )
+    fetched = _fetch(tg, spec, res, lane, requests)
+    decoded = _decode(tg, spec, res, lane, fetched)
+    current: Channel[Block] = Channel(LANE_CHANNEL)
+    name = f"assemble[{lane}]"
+    stats = res.stats(name)
+    tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats)))
+    resume_mark: Mark | None = resume["mark"] if resume is not None else None
+    depth = 0  # stateful steps so far: index of this step's state in a mark
+    for i, step in enumerate(spec.steps):
+        source, out = current, Channel[Block](LANE_CHANNEL)
+        name = f"{step.kind}#{i}[{lane}]"
+        stats = res.stats(name, str(step.processes or 1))
+        if step.kind in STATEFUL:
+            at = _step_resume(resume_mark, depth)
+            body = _stateful(step, lane, source, out, stats, depth, at)
+            depth += 1
+        elif step.processes:
+            body = _pooled(tg, spec, res, step, source, out, stats, name)
+        elif step.kind == "batch":
+            body = _batch(step, lane, source, out, stats)
+        else:
+            body = _in_process(res, step, source, out, stats, name)
+        tg.create_task(stage(name, stats, body))
+        current = out
+    return current
+
+
+def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
+    """A stateful step's resume point: the mark as the steps before it saw it, and its own
+    state."""
+    if mark is None:
+        return None
+    lane, cursor, delivered, ops = mark
+    return (lane, cursor, delivered, ops[:depth]), ops[depth]
+
+
+def _fetch(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
+    requests: AsyncIterator[RangeRequest],
+) -> Channel[list[Fetched]]:  # fmt: skip
+    """Neighbouring requests grouped into storage reads, up to ``max_inflight_requests`` in
+    flight, each holding its bytes in the budget until its samples leave decode."""
+
+    async def read(group: list[RangeRequest]) -> list[Fetched]:
+        # One reservation for the group's storage read (admitted alone if it exceeds the
+        # budget); each request releases its share once decoded.
+        reserved = group_reservations(group)
+        await res.budget.acquire(sum(reserved))
+        try:
+            return await read_group(res.storages, group, reserved, res.range_cache)
+        except BaseException:
+            res.budget.release(sum(reserved))
+            raise
+
+    source = spec.source
+    groups = group_requests(requests, source.coalesce_gap_bytes, source.max_request_bytes)
+    fetched: Channel[list[Fetched]] = Channel(spec.max_inflight_requests)
+    name = f"fetch[{lane}]"
+    stats = res.stats(name, str(spec.max_inflight_requests))
+    body = ordered(tg, groups, read, fetched, spec.max_inflight_requests, stats,
+                   deterministic=spec.deterministic, size=len)  # fmt: skip
+    tg.create_task(stage(name, stats, body))
+    return fetched
+
+
+def _decode(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
+    fetched: Channel[list[Fetched]],
+) -> Channel[Decoded]:  # fmt: skip
+    """Samples of each read, decoded in the event loop or, ordered, in the worker pool."""
+    datasets = spec.source.datasets
+    skip = spec.on_error == "skip"
+
+    def job(f: Fetched) -> DecodeJob:
+        r = f.request
+        ds = datasets[r.dataset]
+        return DecodeJob(ds.codec, ds.shards[r.shard], ds.indexes[r.shard], f.blob.parts,
+                         r.samples, skip)  # fmt: skip
+
+    decoded: Channel[Decoded] = Channel(max(2, spec.decode_processes * 2))
+    name = f"decode[{lane}]"
+    stats = res.stats(name, str(spec.decode_processes or 1))
+    pool = res.pool
+    if spec.decode_processes:
+        assert pool is not None
+
+        async def remote(f: Fetched) -> Decoded:
+            items, failed = await pool.run(name, decode_job, job(f))
+            return f, items, failed
+
+        body = ordered(tg, _flatten(fetched), remote, decoded, spec.decode_processes * 2,
+                       stats, deterministic=spec.deterministic)  # fmt: skip
+    else:
+        body = _decode_local(fetched, decoded, job, stats)
+    tg.create_task(stage(name, stats, body))
+    return decoded
+
+
+async def _decode_local(
+    fetched: Channel[list[Fetched]], decoded: Channel[Decoded],
+    job: Callable[[Fetched], DecodeJob], stats: StageStats,
+) -> None:  # fmt: skip
+    with closing(decoded):
+        while True:
+            try:
+                group = await timed_receive(fetched, stats)
+            except StopAsyncIteration:
+                return
+            for f in group:
+                stats.items_in += 1
+                items, failed = decode_job(job(f))
+                stats.items_out += 1
+                await timed_send(decoded, (f, items, failed), stats)
+
+
+async def _assemble(
+    spec: PipelineSpec, res: Resources, lane: int, decoded: Channel[Decoded],
+    out: Channel[Block], stats: StageStats,
+) -> None:  # fmt: skip
+    """Reads' samples back into chunk slot order (or completion order), as blocks; releases
+    each read's bytes from the budget and records samples skipped under ``on_error="skip"``."""
+    datasets = spec.source.datasets
+    ready: list[Block] = []
+
+    def emit(items: list[Any], rows: ChunkRows, failed: bool) -> None:
+        if failed:  # drop the placeholders of samples skipped under on_error="skip"
+            keep = [not is_failed(x) for x in items]
+            marks = rows.marks()
+            block = Block(lane, list(compress(items, keep)), list(compress(rows.refs(), keep)),
+                          list(compress(marks, keep)))  # fmt: skip
+            if marks:
+                block.extra["last_mark"] = marks[-1]
+        else:
+            block = Block(lane, items, rows=rows)
+        ready.append(block)
+
+    async def send_ready() -> None:
+        while ready:
+            block = ready.pop(0)
+            stats.items_out += len(block.items)
+            await timed_send(out, block, stats)
+
+    assembler = ChunkAssembler(lane, emit)
+    with closing(out):
+        while True:
+            try:
+                f, items, failed = await timed_receive(decoded, stats)
+            except StopAsyncIteration:
+                break
+            res.budget.release(f.reserved)
+            r = f.request
+            stats.items_in += 1
+            for pos, message in failed:
+                res.ledger.add(datasets[r.dataset].name, r.uri, int(r.samples[pos]), message)
+            if spec.deterministic:
+                assembler.add(r.cursor, r.slots, items, r.dataset, r.shard, r.samples,
+                              bool(failed))  # fmt: skip
+            else:
+                n = len(r.samples)
+                rows = ChunkRows(lane, r.cursor, np.full(n, r.dataset), np.full(n, r.shard),
+                                 r.samples, r.slots + 1)  # fmt: skip
+                emit(items, rows, bool(failed))
+            await send_ready()
+        assembler.flush()
+        await send_ready()
+
+
+async def _pooled(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, step: Step,
+    source: Channel[Block], out: Channel[Block], stats: StageStats, name: str,
+) -> None:  # fmt: skip
+    """map / filter / tokenize in the worker pool, ``step.processes`` blocks in flight."""
+    pool = res.pool
+
+    async def one(block: Block) -> Block:
+        return await apply_block(step.kind, step.fn, block, pool, name)
+
+    await ordered(tg, source, one, out, step.processes, stats,
+                  deterministic=spec.deterministic, size=len)  # fmt: skip
+
+
+async def _in_process(
+    res: Resources, step: Step, source: Channel[Block], out: Channel[Block],
+    stats: StageStats, name: str,
+) -> None:  # fmt: skip
+    """map / filter / tokenize in the event loop (a GIL-releasing tokenizer on its thread)."""
+    executor = res.encoder_thread() if step.kind == "tokenize" else None
+    with closing(out):
+        async for block in _counted(source, stats):
+            result = await apply_block(step.kind, step.fn, block, None, name, executor)
+            stats.items_out += len(result.items)
+            await timed_send(out, result, stats)
+
+
+async def _batch(
+    step: Step, lane: int, source: Channel[Block], out: Channel[Block], stats: StageStats
+) -> None:
+    with closing(out):
+        async for block in batch_blocks(_counted(source, stats), step.size, step.drop_last, lane):
+            stats.items_out += len(block.items)
+            await timed_send(out, block, stats)
+
+
+async def _stateful(
+    step: Step, lane: int, source: Channel[Block], out: Channel[Block], stats: StageStats,
+    depth: int, resume: tuple[Mark, Any] | None,
+) -> None:  # fmt: skip
+    """shuffle, pack and custom ops: their position is part of every mark (at ``depth``)."""
+    blocks = _counted(source, stats)
+    if step.kind == "shuffle":
+        stream = shuffle_blocks(blocks, step.size, step.fn, lane, depth, resume)
+    elif step.kind == "apply":
+        stream = run_apply(step.fn, blocks, lane, depth, resume)
+    else:
+        seq_len, algorithm, pad_id, field_, window = step.fn
+        stream = pack_blocks(blocks, seq_len, algorithm, pad_id, field_, lane, depth, resume,
+                             window)  # fmt: skip
+    with closing(out):
+        async for block in stream:
+            stats.items_out += len(block.items)
+            await timed_send(out, block, stats)
+
+
+async def _flatten(source: Channel[list[Fetched]]) -> AsyncIterator[Fetched]:
+    async for group in source:
+        for fetched in group:
+            yield fetched
+
+
+async def _counted(source: Channel[Block], stats: StageStats) -> AsyncIterator[Block]:
+    while True:
+        try:
+            block = await timed_receive(source, stats)
+        except StopAsyncIteration:
+            return
+        stats.items_in += len(block.items)
+        yield block

@@ -1,0 +1,204 @@
+"""One running instance of a pipeline: its resources, its task group, its counters.
+
+A run's ``_main`` task owns a single :class:`asyncio.TaskGroup` holding every stage of every
+lane plus the merge; the consumer reads :attr:`Run.output` from outside the group, so no
+generator ever yields inside it. A failure anywhere closes the output with the root error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from typing import Any
+
+import numpy as np
+
+from zephon.engine.channel import Channel
+from zephon.engine.pool import WorkerPool
+from zephon.engine.runner import first_error, stage
+from zephon.errors import ConfigError
+from zephon.ops.block import Block
+from zephon.ops.decode import SkipLedger
+from zephon.ops.fetch import RangeCache
+from zephon.ops.merge import merge_lanes
+from zephon.pipeline.graph import Resources, build_lane
+from zephon.pipeline.spec import PipelineSpec
+from zephon.pipeline.state import Received, Resume, merge_start
+from zephon.storage import ManagedStorage
+from zephon.storage.gate import CapacityGate
+
+__all__ = ["Run"]
+
+_CALIBRATION_SAMPLES = 512  # samples tokenized to measure a dataset's tokens per byte
+
+
+class Run:
+    """One iteration of a pipeline, from :meth:`start` until its output is drained or
+    :meth:`stop` cancels it."""
+
+    def __init__(self, spec: PipelineSpec, resume: Resume, received: Received) -> None:
+        self.spec = spec
+        self.resume = resume
+        self.received = received  # the consumer's state at the start (for the merge turn)
+        self.output: Channel[Block] = Channel(spec.prefetch_blocks)
+        self.task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.res: Resources | None = None
+        self.stall_s = 0.0
+        self.delivered = 0
+        self.started = 0.0
+
+    @property
+    def storages(self) -> list[ManagedStorage]:
+        return self.res.storages if self.res is not None else []
+
+    @property
+    def pool(self) -> WorkerPool | None:
+        return self.res.pool if self.res is not None else None
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.started = time.perf_counter()
+        self.task = asyncio.create_task(self._main(), name="zephon-pipeline")
+
+    async def stop(self) -> None:
+        """Cancel the run and wait until every task, worker and connection is released."""
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def stop_threadsafe(self) -> None:
+        if self.loop is not None and self.task is not None and not self.task.done():
+            self.loop.call_soon_threadsafe(self.task.cancel)
+
+    async def _main(self) -> None:
+        spec = self.spec
+        size = spec.pool_size()
+        self.res = res = Resources(
+            storages=[d.open_storage(limits=spec.limits, retry=spec.retry)
+                      for d in spec.source.datasets],
+            budget=CapacityGate(spec.fetch_budget_bytes),
+            range_cache=RangeCache(spec.range_cache_bytes) if spec.range_cache_bytes else None,
+            pool=WorkerPool(size) if size else None,
+            ledger=SkipLedger(spec.max_skipped),
+        )  # fmt: skip
+        try:
+            try:
+                await calibrate(spec, res.storages)
+            except Exception as exc:
+                self.output.close(exc)
+                return
+            async with asyncio.TaskGroup() as tg:
+                outs = [build_lane(tg, spec, res, lane, self.resume.lanes.get(lane))
+                        for lane in spec.my_lanes]  # fmt: skip
+                first, ended = merge_start(spec, self.received)
+                stats = res.stats("merge")
+                body = merge_lanes(outs, self.output, stats, spec.deterministic, first, ended,
+                                   list(spec.my_lanes))  # fmt: skip
+                tg.create_task(stage("merge", stats, body))
+        except BaseExceptionGroup as group:
+            self.output.close(first_error(group))
+        finally:
+            self.output.close()
+            await self._release(res)
+
+    @staticmethod
+    async def _release(res: Resources) -> None:
+        if res.pool is not None:  # idle by now; shutting down takes milliseconds
+            pool, res.pool = res.pool, None
+            pool.shutdown()
+        if res.encoder is not None:  # at most one block's encoding to finish
+            encoder, res.encoder = res.encoder, None
+            encoder.shutdown(wait=True)
+        for storage in res.storages:
+            await storage.aclose()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this run: per stage, fetch, consumer, skipped samples."""
+        elapsed = time.perf_counter() - self.started if self.started else 0.0
+        fetch: dict[str, Any] = {"requests": 0, "bytes": 0, "retries": 0, "throttles": 0,
+                                 "truncated": 0, "inflight_bytes": 0}  # fmt: skip
+        latencies: list[float] = []
+        for storage in self.storages:
+            s = storage.stats
+            fetch["requests"] += s.requests
+            fetch["bytes"] += s.bytes_read
+            fetch["retries"] += s.retries
+            fetch["throttles"] += s.throttles
+            fetch["truncated"] += s.truncated
+            fetch["inflight_bytes"] += storage.inflight_bytes
+            latencies.extend(s._latencies_s)
+        res = self.res
+        cache = res.range_cache if res is not None else None
+        fetch["cache_hits"] = cache.hits if cache is not None else 0
+        fetch["cache_saved_bytes"] = cache.saved_bytes if cache is not None else 0
+        latencies.sort()
+        for q in (50, 99):
+            fetch[f"p{q}_latency_s"] = (
+                latencies[min(len(latencies) - 1, round(q / 100 * (len(latencies) - 1)))]
+                if latencies else None
+            )  # fmt: skip
+        return {
+            "elapsed_s": elapsed,
+            "delivered": self.delivered,
+            "consumer_stall_s": self.stall_s,
+            "stages": {name: st.as_dict() for name, st in (res.stages if res else {}).items()},
+            "fetch": fetch,
+            "skipped": [
+                {"dataset": d, "shard": u, "sample": s, "error": e}
+                for d, u, s, e in (res.ledger.skipped if res else [])
+            ],
+        }
+
+
+async def calibrate(spec: PipelineSpec, storages: list[ManagedStorage]) -> None:
+    """Measure the tokens-per-byte ratio of token-mixture datasets that lack one, with the
+    pipeline's tokenizer, on the first samples of up to eight evenly spaced shards.
+    Deterministic, so every rank measures the same ratios; from then on they belong to the
+    curriculum and are frozen into checkpoints."""
+    source = spec.source
+    missing = set(source.uncalibrated())
+    if not missing:
+        return
+    at = next((i for i, step in enumerate(spec.steps) if step.kind == "tokenize"), None)
+    if at is None:
+        source._ratios()  # raises: says what to do
+        return
+    tok, before = spec.steps[at].fn, spec.steps[:at]
+    if any(step.kind == "apply" or inspect.iscoroutinefunction(step.fn) for step in before
+           if step.kind in ("apply", "map", "filter")):  # fmt: skip
+        raise ConfigError(
+            "cannot measure tokens_per_byte through an async map/filter or apply() before "
+            "tokenize(): pass tokens_per_byte to the work source"
+        )
+    ratios: dict[str, float] = {}
+    for d, ds in enumerate(source.datasets):
+        if ds.name not in missing:
+            continue
+        shards = sorted({int(x) for x in np.linspace(0, len(ds.shards) - 1, 8)})
+        per_shard = max(1, _CALIBRATION_SAMPLES // len(shards))
+        samples: list[Any] = []
+        nbytes = 0.0
+        for shard in shards:
+            picks = list(range(min(per_shard, ds.shards[shard].num_samples)))
+            samples.extend(await ds.aread(storages[d], shard, picks))
+            nbytes += float(
+                source.manifests[d]
+                .sample_nbytes(np.full(len(picks), shard), np.array(picks, np.int64))
+                .sum()
+            )
+        for step in before:  # the steps before tokenize, as the pipeline runs them
+            if step.kind == "map":
+                samples = [y for y in map(step.fn, samples) if y is not None]
+            elif step.kind == "filter":
+                samples = [x for x in samples if step.fn(x)]
+        # Bytes of every sample planned, tokens of those that reach the tokenizer: the
+        # tokens a planned byte yields on average.
+        tokens = sum(len(s["input_ids"]) for s in tok.batch(samples)) if samples else 0
+        ratios[ds.name] = max(tokens, 1) / max(nbytes, 1.0)
+    source.calibrate(ratios)

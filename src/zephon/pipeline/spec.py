@@ -1,0 +1,168 @@
+"""The description of a pipeline: frozen, validated at construction, nothing running.
+
+A :class:`PipelineSpec` is what the builder (:class:`~zephon.pipeline.Pipeline`) grows one
+step at a time and what the running graph is built from; two pipelines with equal specs
+produce the same stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from zephon.errors import ConfigError
+from zephon.plan import StaticMixtureWorkSource
+from zephon.storage import RetryPolicy, StorageLimits
+
+__all__ = ["STATEFUL", "PipelineSpec", "Step", "default_rank"]
+
+STATEFUL = ("shuffle", "pack", "apply")  # steps whose position is part of a checkpoint
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operator of the chain. ``fn`` holds the kind's configuration: the user function
+    (map, filter, apply), the tokenizer, the shuffle seed or the pack parameters."""
+
+    kind: str  # "map" | "filter" | "apply" | "tokenize" | "shuffle" | "pack" | "batch"
+    fn: Any = None
+    processes: int = 0
+    size: int = 0
+    drop_last: bool = False
+
+    def label(self) -> str:
+        """How the step appears in ``explain()`` and in a checkpoint's identity."""
+        where = f"{self.processes} processes" if self.processes else "in process"
+        if self.kind == "batch":
+            return f"batch({self.size}, drop_last={self.drop_last})"
+        if self.kind == "shuffle":
+            return f"shuffle(buffer_size={self.size}, seed={self.fn})"
+        if self.kind == "pack":
+            seq_len, algorithm, pad_id, field, window = self.fn
+            return (
+                f"pack({seq_len}, {algorithm}, pad_id={pad_id}, field={field!r}, window={window})"
+            )
+        if self.kind == "tokenize":
+            t = self.fn
+            return (f"tokenize({t.kind}, field={t.field!r}, max_length={t.max_length}, "
+                    f"bos={t.bos}, eos={t.eos}; {where})")  # fmt: skip
+        name = getattr(self.fn, "__name__", type(self.fn).__name__) if self.fn is not None else ""
+        return f"{self.kind}({name}; {where})"
+
+
+def default_rank() -> tuple[int, int]:
+    """``(rank, world_size)`` from ``torch.distributed`` if initialised, else ``RANK`` and
+    ``WORLD_SIZE`` from the environment, else ``(0, 1)``."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """Everything a run is built from (see :class:`~zephon.pipeline.Pipeline` for the
+    arguments). ``convert`` turns the consumer's items into another type (torch tensors);
+    it is not part of the stream's identity."""
+
+    source: StaticMixtureWorkSource
+    rank: int
+    world_size: int
+    lanes: int
+    deterministic: bool = True
+    on_error: str = "raise"
+    max_skipped: int = 1000
+    fetch_budget_bytes: int = 256 << 20
+    max_inflight_requests: int = 64
+    limits: StorageLimits | None = None
+    retry: RetryPolicy | None = None
+    decode_processes: int = 0
+    prefetch_blocks: int = 4
+    range_cache_bytes: int = 64 << 20
+    steps: tuple[Step, ...] = ()
+    convert: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ConfigError(
+                f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}"
+            )
+        if self.lanes < 1 or self.lanes % self.world_size:
+            raise ConfigError(
+                f"lanes ({self.lanes}) must be a positive multiple of world_size "
+                f"({self.world_size})"
+            )
+        if self.on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        for name in ("fetch_budget_bytes", "max_inflight_requests", "prefetch_blocks"):
+            if getattr(self, name) < 1:
+                label = "prefetch" if name == "prefetch_blocks" else name
+                raise ConfigError(f"{label} must be >= 1, got {getattr(self, name)}")
+        if self.decode_processes < 0:
+            raise ConfigError(f"decode_processes must be >= 0, got {self.decode_processes}")
+        datasets = getattr(self.source, "datasets", None)
+        if not datasets or any(not hasattr(d, "codec") for d in datasets):
+            raise ConfigError("the work source's datasets must be discovered Dataset objects")
+        if self.limits is None:
+            object.__setattr__(
+                self, "limits", StorageLimits(max_inflight_bytes=self.fetch_budget_bytes)
+            )
+
+    @property
+    def storage_limits(self) -> StorageLimits:
+        assert self.limits is not None  # set in __post_init__
+        return self.limits
+
+    @property
+    def my_lanes(self) -> range:
+        """The lanes this rank owns: a contiguous share of ``lanes``."""
+        per = self.lanes // self.world_size
+        return range(self.rank * per, (self.rank + 1) * per)
+
+    @property
+    def stateful_steps(self) -> int:
+        return sum(step.kind in STATEFUL for step in self.steps)
+
+    def pool_size(self) -> int:
+        """Worker processes the run needs: the most any step asks for."""
+        return max([self.decode_processes, *(step.processes for step in self.steps)])
+
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint must match to restore into this pipeline."""
+        return {
+            "source": self.source.describe(),
+            "lanes": self.lanes,
+            "ops": [step.label() for step in self.steps],
+            "on_error": self.on_error,
+        }
+
+    def explain(self) -> str:
+        """The planned stages and their concurrency, as text."""
+        ws = self.source
+        names = ", ".join(f"{d.name} ({d.format}, {d.num_samples} samples)" for d in ws.datasets)
+        decode = f"{self.decode_processes} processes" if self.decode_processes else "in process"
+        if self.on_error == "skip":
+            decode += ", skip bad samples"
+        lines = [
+            f"source: StaticMixtureWorkSource[{names}] shuffle={ws.shuffle} "
+            f"chunk_size={ws.chunk_size} passes={ws.stop_after_passes} "
+            f"policy={ws.exhausted_policy}",
+            f"rank {self.rank}/{self.world_size}: lanes {list(self.my_lanes)} of {self.lanes}, "
+            "each:",
+            f"  plan -> fetch (<= {self.max_inflight_requests} reads in flight, shared budget "
+            f"{self.fetch_budget_bytes / 2**20:.0f} MiB, storage <= "
+            f"{self.storage_limits.max_requests} requests)",
+            f"  -> decode ({decode})",
+        ]
+        lines += [f"  -> {step.label()}" for step in self.steps]
+        order = "round-robin" if self.deterministic else "completion order"
+        lines.append(
+            f"merge lanes ({order}) -> prefetch({self.prefetch_blocks} blocks) -> consumer"
+        )
+        return "\n".join(lines)

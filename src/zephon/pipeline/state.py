@@ -1,0 +1,193 @@
+"""Consumer state: what the consumer received, as a checkpoint, and a checkpoint read back.
+
+The checkpoint is derived from delivered items only: each item carries its mark (lane,
+chunk cursor, pointers of that chunk delivered, states of the stateful steps), and the
+consumer side keeps the last mark and an item count per lane. Nothing buffered is saved;
+work in flight is planned again on restore.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon.errors import ConfigError, StateMismatch
+from zephon.ops.block import Block, Mark
+from zephon.pipeline.spec import PipelineSpec
+from zephon.refs import Cursor
+
+__all__ = ["Received", "Resume", "checkpoint", "merge_checkpoints", "merge_start", "restore"]
+
+CHECKPOINT_VERSION = 1
+
+
+class Received:
+    """What the consumer has received, per lane: the last mark and the item count of each.
+
+    The consumer takes the open block's items from the iterator :meth:`open` returns, so how
+    many it has received is how far that iterator has got; the open block's marks are folded in
+    when the next block opens or a checkpoint is taken, so delivery costs nothing per item.
+    """
+
+    __slots__ = ("_left", "_size", "block", "ended", "items", "position", "settled")
+
+    def __init__(self, items: dict[int, int] | None = None, ended: frozenset[int] = frozenset()):
+        self.position: dict[int, Mark] = {}
+        self.items: dict[int, int] = dict(items or {})
+        self.ended = ended
+        self.block: Block | None = None
+        self.settled = 0
+        self._left: Iterator[Any] = iter(())
+        self._size = 0
+
+    def open(self, block: Block, items: list[Any]) -> Iterator[Any]:
+        """Start handing out ``block`` (its ``items``, converted for the consumer)."""
+        self.settle()
+        self.block, self.settled = block, 0
+        self._left, self._size = iter(items), len(items)
+        return self._left
+
+    @property
+    def taken(self) -> int:
+        """Items of the open block handed to the consumer."""
+        return self._size - operator.length_hint(self._left)
+
+    def settle(self) -> None:
+        """Fold the items taken from the open block into the per-lane positions."""
+        block = self.block
+        if block is None or self.taken == self.settled:
+            return
+        if block.lane >= 0:  # one lane's block: its last received mark says it all
+            lane = block.lane
+            self.position[lane] = block.mark(self.taken - 1)
+            self.items[lane] = self.items.get(lane, 0) + self.taken - self.settled
+        else:
+            for lane, (n, mark) in block.progress(self.settled, self.taken).items():
+                self.position[lane] = mark
+                self.items[lane] = self.items.get(lane, 0) + n
+        self.ended = block.extra.get("ended", self.ended)
+        self.settled = self.taken
+
+
+@dataclass
+class Resume:
+    """Where a restored pipeline starts: per lane, the planner state and the mark the
+    stateful steps resume from; and the consumer counts carried over."""
+
+    lanes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    items: dict[int, int] = field(default_factory=dict)
+    ended: frozenset[int] = frozenset()
+
+    def received(self) -> Received:
+        """A consumer state that continues the checkpoint's counts."""
+        return Received(self.items, self.ended)
+
+
+def checkpoint(spec: PipelineSpec, received: Received, resume: Resume) -> dict[str, Any]:
+    """JSON state of what the consumer has received, for this rank's lanes. A lane the
+    consumer has not reached since a restore keeps its restored entry."""
+    received.settle()
+    lanes: dict[str, Any] = {}
+    for lane in spec.my_lanes:
+        entry: dict[str, Any] = {"items": received.items.get(lane, 0),
+                                 "ended": lane in received.ended}  # fmt: skip
+        if lane in received.position:
+            _, cursor, delivered, ops = received.position[lane]
+            entry["cursor"] = cursor.to_dict() if cursor is not None else None
+            entry["delivered"] = delivered
+            entry["ops"] = list(ops)
+        elif lane in resume.lanes:
+            entry.update({k: resume.lanes[lane][k] for k in ("cursor", "delivered", "ops")})
+        lanes[str(lane)] = entry
+    return {"zephon_checkpoint": CHECKPOINT_VERSION, **spec.identity(), "lane_states": lanes}
+
+
+def merge_checkpoints(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """One checkpoint from the checkpoints of several ranks (their lanes together)."""
+    if not states:
+        raise ConfigError("merge_checkpoints needs at least one checkpoint")
+    merged = dict(states[0])
+    merged["lane_states"] = {}
+    for state in states:
+        merged["lane_states"].update(state.get("lane_states", {}))
+    return merged
+
+
+def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
+    """Check ``state`` against ``spec`` and read this rank's lanes out of it.
+
+    Raises:
+        StateMismatch: not a checkpoint, or one of another pipeline (naming what differs).
+    """
+    if not isinstance(state, dict) or state.get("zephon_checkpoint") != CHECKPOINT_VERSION:
+        raise StateMismatch("not a Zephon pipeline checkpoint")
+    ours = spec.identity()
+    diffs = [f"{key}: checkpoint has {state.get(key)!r}, this pipeline has {ours[key]!r}"
+             for key in ("lanes", "ops", "on_error") if state.get(key) != ours[key]]  # fmt: skip
+    if diffs:
+        raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
+    _adopt_ratios(spec, state.get("source"))
+    resume = Resume()
+    ended: set[int] = set()
+    for lane in spec.my_lanes:
+        entry = state.get("lane_states", {}).get(str(lane))
+        if entry is None:
+            continue
+        resume.items[lane] = int(entry.get("items", 0))
+        if entry.get("ended"):
+            ended.add(lane)
+        if "delivered" in entry:
+            resume.lanes[lane] = _lane_resume(spec, state, lane, entry)
+    resume.ended = frozenset(ended)
+    return resume
+
+
+def _lane_resume(
+    spec: PipelineSpec, state: dict[str, Any], lane: int, entry: dict[str, Any]
+) -> dict[str, Any]:
+    source = spec.source
+    cursor = Cursor.from_dict(entry["cursor"]) if entry.get("cursor") else None
+    lane_state = None
+    if cursor is not None:
+        lane_state = source.state(cursor, int(entry["delivered"]), spec.lanes)
+        lane_state["describe"] = state["source"]  # checked by the source
+        source.check_state(lane_state, spec.lanes)
+    elif state["source"] != source.describe():
+        raise StateMismatch("checkpoint was taken from a different work source")
+    ops = tuple(x if isinstance(x, dict) else int(x) for x in entry.get("ops", ()))
+    if len(ops) != spec.stateful_steps:
+        raise StateMismatch("checkpoint's operator states do not match the chain")
+    return {"cursor": entry.get("cursor"), "delivered": entry["delivered"], "ops": list(ops),
+            "state": lane_state, "mark": (lane, cursor, int(entry["delivered"]), ops)}  # fmt: skip
+
+
+def _adopt_ratios(spec: PipelineSpec, theirs: Any) -> None:
+    """Take the checkpoint's measured tokens-per-byte ratios (frozen at its first run) for
+    the datasets this source would otherwise measure."""
+    source = spec.source
+    missing = source.uncalibrated()
+    if not missing or not isinstance(theirs, dict):
+        return
+    names = [name for name, _ in theirs.get("datasets", [])]
+    ratios = theirs.get("tokens_per_byte")
+    if names != source.names or not isinstance(ratios, list):
+        return  # a different curriculum: the checks that follow say how
+    source.calibrate(
+        {n: r for n, r in zip(names, ratios, strict=True) if n in missing and r is not None}
+    )
+
+
+def merge_start(spec: PipelineSpec, received: Received) -> tuple[int, list[int]]:
+    """Position (among this rank's lanes) of the lane whose turn it is, and positions of the
+    lanes known to have ended: the merge restarts with the first live lane that has received
+    the fewest items."""
+    mine = list(spec.my_lanes)
+    ended = [i for i, lane in enumerate(mine) if lane in received.ended]
+    live = [i for i in range(len(mine)) if i not in ended]
+    if not live:
+        return 0, ended
+    fewest = min(received.items.get(mine[i], 0) for i in live)
+    first = next(i for i in live if received.items.get(mine[i], 0) == fewest)
+    return first, ended
