@@ -111,6 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("suite", nargs="?", choices=["pipeline", "planner"], default="pipeline")
     parser.add_argument("--base", default="HEAD", help="git revision to compare against")
+    parser.add_argument("--head", default=None, help="git revision (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--passes", type=int, default=3, help="timed passes per child")
     parser.add_argument("--pointers", type=int, default=1_000_000, help="planner pointers")
@@ -120,8 +121,10 @@ def main() -> None:
         print(json.dumps(child_pipeline(args.child[0], args.child[1], args.passes)))
         return
     with tempfile.TemporaryDirectory(prefix="zephon-base-") as tmp:
-        trees = {"base": export(args.base, Path(tmp)), "head": ROOT / "src"}
-        print(f"# base {args.base} against the working tree, median of {args.rounds} rounds")
+        head = ROOT / "src" if args.head is None else export(args.head, Path(tmp) / "head")
+        trees = {"base": export(args.base, Path(tmp) / "base"), "head": head}
+        print(f"# base {args.base} against {args.head or 'the working tree'}, "
+              f"median of {args.rounds} rounds")  # fmt: skip
         if args.suite == "planner":
             cmd = [str(HERE / "planner.py"), "--pointers", str(args.pointers), "--child"]
 
