@@ -53,18 +53,18 @@ def child(mode: str, pointers: int, shards: int, samples: int, lanes: int, mix: 
 def batching(shards: int, samples: int, lanes: int, pointers: int = 500_000) -> None:
     """Chunks planned one at a time against eight per numpy pass, alternating in one process
     (the plans are identical; only the cost differs)."""
-    import zephon.plan.worksource as worksource
+    import zephon.plan.planner as planner
     from zephon.plan import Manifest, StaticMixtureWorkSource
 
     datasets = [Manifest.uniform("web", shards, samples, sample_bytes=2048)]
     print(f"\n# chunks planned at once: pointers/s over {pointers:,} pointers, best of 2")
     print(f"{'shuffle':<16} {'1 at once':>12} {'8 at once':>12} {'ratio':>7}")
-    saved = worksource._CHUNKS_AT_ONCE
+    saved = planner.CHUNKS_AT_ONCE
     try:
         for mode in ("none", "block", "global"):
             rates: dict[int, float] = {1: 0.0, 8: 0.0}
             for count in (1, 8, 1, 8):
-                worksource._CHUNKS_AT_ONCE = count
+                planner.CHUNKS_AT_ONCE = count
                 ws = StaticMixtureWorkSource(datasets, shuffle=mode, stop_after_passes=None)
                 chunks = ws.chunks(0, lanes)
                 next(chunks)
@@ -76,7 +76,7 @@ def batching(shards: int, samples: int, lanes: int, pointers: int = 500_000) -> 
                 rates[count] = max(rates[count], planned / (time.perf_counter() - started))
             print(f"{mode:<16} {rates[1]:>12,.0f} {rates[8]:>12,.0f} {rates[8] / rates[1]:>6.2f}x")
     finally:
-        worksource._CHUNKS_AT_ONCE = saved
+        planner.CHUNKS_AT_ONCE = saved
 
 
 def main() -> None:

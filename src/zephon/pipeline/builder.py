@@ -257,8 +257,9 @@ class Pipeline:
     def checkpoint(self) -> dict[str, Any]:
         """JSON state of what the consumer has received, for this rank's lanes.
 
-        Small (a cursor per lane) and free of pickles. Any rank's checkpoint, or
-        :meth:`merge_checkpoints` of several, restores on any world size with the same lanes.
+        Small (a cursor per lane) and free of pickles. It holds this rank's lanes only: to
+        restore on another world size, join every rank's checkpoint with
+        :meth:`merge_checkpoints` (a rank refuses a state that lacks one of its lanes).
 
         A custom ``apply`` op is resumed exactly if it is stateless (each output depends only
         on the latest input) or implements ``state() -> dict`` (JSON) and ``restore(dict)``.
@@ -298,7 +299,8 @@ class Pipeline:
                 started = time.perf_counter()
                 try:
                     block = await run.output.receive()
-                except StopAsyncIteration:
+                except StopAsyncIteration:  # every lane's curriculum is over
+                    self._received.ended = frozenset(self.spec.my_lanes)
                     break
                 run.stall_s += time.perf_counter() - started
                 run.delivered += len(block.items)

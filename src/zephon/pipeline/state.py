@@ -128,13 +128,19 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
              for key in ("lanes", "ops", "on_error") if state.get(key) != ours[key]]  # fmt: skip
     if diffs:
         raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
+    lane_states = state.get("lane_states", {})
+    missing = [lane for lane in spec.my_lanes if str(lane) not in lane_states]
+    if missing:
+        raise StateMismatch(
+            f"checkpoint lacks lanes {missing}, which rank {spec.rank} of {spec.world_size} "
+            f"owns (it holds lanes {sorted(int(k) for k in lane_states)}): restore the "
+            "checkpoints of every rank joined with Pipeline.merge_checkpoints"
+        )
     _adopt_ratios(spec, state.get("source"))
     resume = Resume()
     ended: set[int] = set()
     for lane in spec.my_lanes:
-        entry = state.get("lane_states", {}).get(str(lane))
-        if entry is None:
-            continue
+        entry = lane_states[str(lane)]
         resume.items[lane] = int(entry.get("items", 0))
         if entry.get("ended"):
             ended.add(lane)

@@ -52,26 +52,56 @@ class SampleSchedule:
             if counts == self.q:
                 self._table = np.array(period, dtype=np.int64)
 
-    def _greedy(self, t: int, counts: list[int], n: int) -> list[int]:
+    def _greedy(
+        self, t: int, counts: list[int], n: int, caps: Sequence[int | None] | None = None
+    ) -> list[int]:
         q, big_q, k = self.q, self.Q, len(self.q)
+        limit = [-1] * k if caps is None else [-1 if c is None else c for c in caps]
+        live = [d for d in range(k) if limit[d] < 0 or counts[d] < limit[d]]
         out = []
         for _ in range(n):
+            if not live:
+                break
             t += 1
-            best, best_v = 0, t * q[0] - counts[0] * big_q
-            for d in range(1, k):
+            best, best_v = live[0], t * q[live[0]] - counts[live[0]] * big_q
+            for d in live[1:]:
                 v = t * q[d] - counts[d] * big_q
                 if v > best_v:
                     best, best_v = d, v
             counts[best] += 1
             out.append(best)
+            if counts[best] == limit[best]:
+                live.remove(best)
         return out
 
-    def picks(self, counts: Sequence[int], n: int) -> np.ndarray:
-        """Dataset of each of the next ``n`` positions, after ``counts`` have been drawn."""
+    def picks(
+        self, counts: Sequence[int], n: int, caps: Sequence[int | None] | None = None
+    ) -> np.ndarray:
+        """Dataset of each of the next ``n`` positions, after ``counts`` have been drawn.
+
+        With ``caps``, a dataset that has drawn its cap drops out and the others go on by the
+        same rule; fewer than ``n`` positions come back once every capped dataset is done
+        (datasets with a cap of ``None`` never are).
+        """
         t = sum(counts)
-        if self._table is not None:
-            return self._table[(t + np.arange(n)) % self.Q]
-        return np.array(self._greedy(t, list(counts), n), dtype=np.int64)
+        if self._table is None:
+            return np.array(self._greedy(t, list(counts), n, caps), dtype=np.int64)
+        out = self._table[(t + np.arange(n)) % self.Q]
+        if caps is None:
+            return out
+        cut = n  # the first position at which a dataset would pass its cap
+        for d, cap in enumerate(caps):
+            if cap is not None:
+                where = np.flatnonzero(out == d)
+                room = cap - counts[d]
+                if len(where) > room:
+                    cut = min(cut, int(where[max(room, 0)]))
+        if cut == n:
+            return out
+        head = out[:cut]
+        after = [int(c) for c in np.asarray(counts) + np.bincount(head, minlength=len(self.q))]
+        tail = self._greedy(t + cut, after, n - cut, caps)
+        return np.concatenate((head, np.array(tail, dtype=np.int64)))
 
 
 class TokenSchedule:
@@ -85,25 +115,37 @@ class TokenSchedule:
         self.w = [float(w) for w in weights]
 
     def picks(
-        self, tokens: Sequence[float], upcoming: Sequence[np.ndarray], n: int
+        self,
+        tokens: Sequence[float],
+        upcoming: Sequence[np.ndarray],
+        n: int,
+        room: Sequence[int | None] | None = None,
     ) -> tuple[np.ndarray, list[float]]:
         """Datasets of the next ``n`` positions and the token totals after them.
 
         ``upcoming[d]`` holds the token estimates of dataset ``d``'s next samples (at least
-        ``n`` of them).
+        ``n`` of them, or ``room[d]``). With ``room``, dataset ``d`` is drawn at most
+        ``room[d]`` more times (``None``: no limit); fewer positions come back once every
+        dataset is out of room.
         """
         totals = list(tokens)
-        taken = [0] * len(self.w)
-        out = np.empty(n, dtype=np.int64)
         w, k = self.w, len(self.w)
-        for i in range(n):
+        left = [None] * k if room is None else list(room)
+        live = [d for d in range(k) if left[d] is None or left[d] > 0]  # type: ignore[operator]
+        taken = [0] * k
+        out: list[int] = []
+        for _ in range(n):
+            if not live:
+                break
             grand = sum(totals)
-            best, best_v = 0, w[0] * grand - totals[0]
-            for d in range(1, k):
+            best, best_v = live[0], w[live[0]] * grand - totals[live[0]]
+            for d in live[1:]:
                 v = w[d] * grand - totals[d]
                 if v > best_v:
                     best, best_v = d, v
             totals[best] += float(upcoming[best][taken[best]])
             taken[best] += 1
-            out[i] = best
-        return out, totals
+            out.append(best)
+            if left[best] is not None and taken[best] >= left[best]:  # type: ignore[operator]
+                live.remove(best)
+        return np.array(out, dtype=np.int64), totals

@@ -11,114 +11,25 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
 from zephon.errors import ConfigError, StateMismatch
-from zephon.formats.index import RowGroupIndex
-from zephon.plan.arrays import distinct
-from zephon.plan.coalesce import PlannedReads, coalesce_chunks
+from zephon.plan.exhaustion import Exhaustion
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
 from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
 from zephon.plan.order import SHUFFLES, DatasetOrder
+from zephon.plan.planner import LanePlanner, WorkChunk
+from zephon.plan.runs import default_run, probe_sample_bytes
 from zephon.refs import Cursor, RangeRequest
 
 __all__ = ["StaticMixtureWorkSource", "WorkChunk"]
 
-_POLICIES = ("repeat", "stop")
 _UNITS = ("samples", "tokens")
 
 
-class WorkChunk:
-    """One planned chunk of a lane: its cursor, pointer arrays and reads.
-
-    ``reads`` holds the coalesced reads in columns; ``requests`` makes (once) the
-    :class:`RangeRequest` objects.
-    """
-
-    __slots__ = ("_manifests", "_requests", "cursor", "datasets", "next_cursor", "reads",
-                 "samples", "shards")  # fmt: skip
-
-    def __init__(
-        self,
-        cursor: Cursor,
-        datasets: np.ndarray,
-        shards: np.ndarray,
-        samples: np.ndarray,
-        reads: PlannedReads,
-        next_cursor: Cursor,
-        manifests: Sequence[Manifest],
-    ) -> None:
-        self.cursor = cursor
-        self.datasets = datasets
-        self.shards = shards
-        self.samples = samples
-        self.reads = reads
-        self.next_cursor = next_cursor
-        self._manifests = manifests
-        self._requests: list[RangeRequest] | None = None
-
-    def __len__(self) -> int:
-        return len(self.datasets)
-
-    @property
-    def requests(self) -> list[RangeRequest]:
-        if self._requests is None:
-            self._requests = self.reads.materialize(self._manifests, self.cursor, len(self))
-        return self._requests
-
-
-_RUN_TARGET_BYTES = 4 << 20
-_CHUNKS_AT_ONCE = 8  # chunks a lane plans in one numpy pass (sample mixtures)
 # Planning between two returns to the event loop. Returning after every chunk paced the
 # planner with consumption (one chunk per loop iteration), so a shard's reads were issued
 # only as the one before was being consumed, whatever the fetch concurrency allowed.
 _PLAN_SLICE_S = 0.001
-
-
-def _default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
-    """Samples kept together by block shuffling: for Parquet a row group (its read unit); for
-    record formats enough samples for reads of about 4 MiB (every read costs a request), but
-    at least a sixteenth of a chunk and at most a quarter of a block (or of the dataset). The
-    result divides ``chunk_size`` or is a multiple of it, as :class:`DatasetOrder` needs."""
-    rows = [
-        int(np.median(np.diff(x.row_starts)))
-        for x in manifest.layouts[:64]
-        if isinstance(x, RowGroupIndex) and len(x.row_starts) > 1
-    ]
-    if rows:  # whole row groups, as many as make about 4 MiB
-        group_rows = int(np.median(rows))
-        group_bytes = _mean_group_bytes(manifest)
-        want = group_rows * max(1, math.floor(_RUN_TARGET_BYTES / max(1.0, group_bytes)))
-    else:
-        sample_bytes = _mean_sample_bytes(manifest)
-        want = max(chunk_size // 16, math.ceil(_RUN_TARGET_BYTES / max(1.0, sample_bytes)))
-    # A block (or a dataset smaller than one) holds at least four runs to move around.
-    want = max(1, min(want, min(block_size, manifest.num_samples) // 4 or 1))
-    if want >= chunk_size:
-        return chunk_size * (want // chunk_size)
-    return max(d for d in range(1, want + 1) if chunk_size % d == 0)
-
-
-def _mean_group_bytes(manifest: Manifest) -> float:
-    sizes = [
-        float(x.group_nbytes.mean())
-        for x in manifest.layouts[:64]
-        if isinstance(x, RowGroupIndex) and len(x.group_nbytes)
-    ]
-    return float(np.mean(sizes)) if sizes else float(_RUN_TARGET_BYTES)
-
-
-def _mean_sample_bytes(manifest: Manifest) -> float:
-    probe = min(manifest.num_shards, 16)
-    shards = np.repeat(np.arange(probe), 1)
-    counts = manifest.shard_samples[:probe]
-    if not manifest.all_records or counts.sum() == 0:
-        return 1024.0
-    starts, _ = manifest.spans(shards, np.zeros(probe, dtype=np.int64))
-    _, stops = manifest.spans(shards, np.maximum(counts - 1, 0))
-    total = float((stops - starts)[counts > 0].sum())
-    return total / float(counts.sum())
 
 
 class StaticMixtureWorkSource:
@@ -140,9 +51,16 @@ class StaticMixtureWorkSource:
             for record formats (a sixteenth of a chunk at least, a quarter of a block at
             most), a row group for Parquet, whose read unit is a row group.
         chunk_size: pointers per work chunk (also the lane split's unit).
-        exhausted_policy: ``"repeat"`` (datasets loop until every one completed
-            ``stop_after_passes`` passes) or ``"stop"`` (end when any dataset is exhausted).
-        stop_after_passes: passes per dataset; ``None`` for an infinite curriculum.
+        exhausted_policy: ``"repeat"`` (the dataset loops until every dataset completed
+            ``stop_after_passes`` passes) or ``"stop"`` (the curriculum ends when this dataset
+            completes ``stop_after_passes`` passes, one if ``None``); a scalar or a
+            ``{name: policy}`` mapping (datasets left out: ``"repeat"``).
+        stop_after_passes: passes every dataset completes; ``None``: no such limit (the
+            curriculum is infinite unless a ``stop`` policy or ``max_repeats`` ends it).
+        max_repeats: ``N`` ends the curriculum when the dataset would start pass ``2 + N``;
+            a scalar or a mapping (``None``: no limit).
+        reshuffle_on_repeat: ``False`` keeps a dataset's order across passes; a scalar or a
+            mapping (default ``True``: each pass has its own permutation).
         mixture_unit: ``"samples"``, or ``"tokens"`` (weights are token shares).
         tokens_per_byte: per dataset, for token mixtures; datasets left out are measured by
             the pipeline's ``tokenize`` step before planning (:meth:`calibrate`).
@@ -164,8 +82,10 @@ class StaticMixtureWorkSource:
         block_size: int | None = None,
         run_size: int | None = None,
         chunk_size: int = 1024,
-        exhausted_policy: str = "repeat",
+        exhausted_policy: str | Mapping[str, str] = "repeat",
         stop_after_passes: int | None = 1,
+        max_repeats: int | Mapping[str, int | None] | None = None,
+        reshuffle_on_repeat: bool | Mapping[str, bool] = True,
         mixture_unit: str = "samples",
         tokens_per_byte: Mapping[str, float] | None = None,
         coalesce_gap_bytes: int = 64 * 1024,
@@ -182,16 +102,10 @@ class StaticMixtureWorkSource:
             raise ConfigError(f"datasets: names must be distinct, got {names}")
         if shuffle not in SHUFFLES:
             raise ConfigError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
-        if exhausted_policy not in _POLICIES:
-            raise ConfigError(
-                f"exhausted_policy must be one of {_POLICIES}, got {exhausted_policy!r}"
-            )
         if mixture_unit not in _UNITS:
             raise ConfigError(f"mixture_unit must be one of {_UNITS}, got {mixture_unit!r}")
         if chunk_size < 1:
             raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
-        if stop_after_passes is not None and stop_after_passes < 1:
-            raise ConfigError(f"stop_after_passes must be >= 1 or None, got {stop_after_passes}")
         if block_size is not None and block_size < 1:
             raise ConfigError(f"block_size must be >= 1 or None, got {block_size}")
         if coalesce_gap_bytes < 0 or max_request_bytes < 1:
@@ -200,11 +114,12 @@ class StaticMixtureWorkSource:
         if empty:
             raise ConfigError(f"datasets {empty} have no samples")
         self.names = names
+        self.exhaustion = Exhaustion.of(
+            names, exhausted_policy, max_repeats, reshuffle_on_repeat, stop_after_passes
+        )
         self.seed = seed
         self.shuffle = shuffle
         self.chunk_size = chunk_size
-        self.exhausted_policy = exhausted_policy
-        self.stop_after_passes = stop_after_passes
         self.mixture_unit = mixture_unit
         self.coalesce_gap_bytes = coalesce_gap_bytes
         self.max_request_bytes = max_request_bytes
@@ -223,15 +138,16 @@ class StaticMixtureWorkSource:
             for m in self.manifests
         ]
         self.run_sizes = [
-            run_size or _default_run(m, chunk_size, b)
+            run_size or default_run(m, chunk_size, b)
             for m, b in zip(self.manifests, self.block_sizes, strict=True)
         ]
         self.orders = [
             DatasetOrder(m, shuffle, seed, b, chunk_size, r)
             for m, b, r in zip(self.manifests, self.block_sizes, self.run_sizes, strict=True)
         ]
-        self._samples = SampleSchedule(self.weights) if mixture_unit == "samples" else None
-        self._tokens = TokenSchedule(self.weights) if mixture_unit == "tokens" else None
+        self.schedule = SampleSchedule(self.weights)
+        self.token_schedule = TokenSchedule(self.weights) if mixture_unit == "tokens" else None
+        self._ends: list[int] | bool | None = False  # end counts, computed when first planned
 
     def _weights(self, mixture: Mapping[str, float] | None) -> list[Fraction]:
         if mixture is None:
@@ -304,8 +220,7 @@ class StaticMixtureWorkSource:
             "block_sizes": self.block_sizes,
             "run_sizes": self.run_sizes,
             "chunk_size": self.chunk_size,
-            "exhausted_policy": self.exhausted_policy,
-            "stop_after_passes": self.stop_after_passes,
+            **self.exhaustion.describe(),
             "mixture_unit": self.mixture_unit,
             "tokens_per_byte": self.tokens_per_byte,
         }
@@ -354,19 +269,50 @@ class StaticMixtureWorkSource:
     def start(self, lane: int) -> Cursor:
         """The cursor of a lane's first chunk."""
         zeros = tuple(0 for _ in self.manifests)
-        tokens = tuple(0.0 for _ in self.manifests) if self._tokens is not None else None
+        tokens = tuple(0.0 for _ in self.manifests) if self.token_schedule is not None else None
         return Cursor(lane, 0, 0, zeros, tokens)
 
     # -- planning ---------------------------------------------------------------------
 
-    def _splits(self, lanes: int) -> list[LaneSplit]:
-        splits = [LaneSplit.of(m.num_samples, lanes, self.chunk_size) for m in self.manifests]
-        small = [
-            m.name for m, s in zip(self.manifests, splits, strict=True) if m.num_samples < lanes
-        ]
-        if small:
-            raise ConfigError(f"datasets {small} have fewer samples than lanes ({lanes})")
-        return splits
+    @property
+    def exhausted_policy(self) -> str | dict[str, str]:
+        """The policy: one string if every dataset has the same, else a mapping."""
+        policies = self.exhaustion.policies
+        if len(set(policies)) == 1:
+            return policies[0]
+        return dict(zip(self.names, policies, strict=True))
+
+    @property
+    def stop_after_passes(self) -> int | None:
+        return self.exhaustion.passes
+
+    def end_counts(self) -> list[int] | None:
+        """Draws of every dataset over the whole curriculum (all lanes together), or
+        ``None`` if it is infinite (see :mod:`zephon.plan.exhaustion`)."""
+        if self._ends is False:
+            sizes = [m.num_samples for m in self.manifests]
+            weights = self.weights
+            if self.token_schedule is not None:  # token shares -> expected sample shares
+                per_sample = [r * probe_sample_bytes(m)
+                              for r, m in zip(self._ratios(), self.manifests, strict=True)]
+                weights = rational_weights([w / max(t, 1e-12)
+                                            for w, t in zip(weights, per_sample, strict=True)])
+            self._ends = self.exhaustion.end_counts(weights, sizes)
+        assert self._ends is not True
+        return self._ends
+
+    def splits(self, lanes: int) -> list[LaneSplit]:
+        """How each dataset's draws are dealt to ``lanes`` lanes: fairly, with the longer
+        pieces of each dataset starting where the previous dataset's ended."""
+        ends = self.end_counts()
+        out: list[LaneSplit] = []
+        offset = 0
+        for d, m in enumerate(self.manifests):
+            split = LaneSplit.of(m.num_samples, lanes, self.chunk_size, offset,
+                                 None if ends is None else ends[d])  # fmt: skip
+            out.append(split)
+            offset += split.extras()
+        return out
 
     def chunks(
         self, lane: int = 0, lanes: int = 1, start: Cursor | None = None
@@ -377,163 +323,10 @@ class StaticMixtureWorkSource:
         """
         if not 0 <= lane < lanes:
             raise ConfigError(f"lane must be in [0, {lanes}), got {lane}")
-        splits = self._splits(lanes)
-        limits = None
-        if self.stop_after_passes is not None:
-            limits = np.array([s.lane_size(lane) * self.stop_after_passes for s in splits])
         cursor = start or self.start(lane)
         if cursor.lane != lane:
             raise ConfigError(f"cursor is for lane {cursor.lane}, not {lane}")
-        while True:
-            if self._tokens is not None:  # each chunk's picks depend on the one before
-                chunk = self._plan_token_chunk(cursor, splits, limits)
-                planned = [] if chunk is None else [chunk]
-            else:
-                planned = self._plan_chunks(cursor, splits, limits, _CHUNKS_AT_ONCE)
-            if not planned:
-                return
-            yield from planned
-            cursor = planned[-1].next_cursor
-
-    def _plan_chunks(
-        self,
-        cursor: Cursor,
-        splits: list[LaneSplit],
-        limits: np.ndarray | None,
-        count: int,
-    ) -> list[WorkChunk]:
-        """The next ``count`` chunks (fewer at the end) of a sample mixture, planned in one
-        pass: mixing, locating and coalescing are per-pointer functions, so planning chunks
-        together gives exactly the chunks planned one by one, for a fraction of the numpy
-        calls per chunk (which dominate for chunks of a thousand pointers)."""
-        assert self._samples is not None
-        k = len(self.manifests)
-        counts = np.array(cursor.counts, dtype=np.int64)
-        if self._exhausted(counts, limits):
-            return []
-        n = self.chunk_size
-        picks = self._samples.picks(cursor.counts, n * count)
-        if limits is not None:
-            picks = self._truncate(picks, counts, limits)
-        total = len(picks)
-        shards = np.empty(total, np.int64)
-        samples = np.empty(total, np.int64)
-        taken = np.bincount(picks, minlength=k)
-        for d in np.flatnonzero(taken).tolist():
-            where = picks == d
-            shards[where], samples[where] = self._locate(
-                d, cursor.lane, splits[d], counts[d], int(taken[d])
-            )
-        reads = coalesce_chunks(
-            self.manifests,
-            picks,
-            shards,
-            samples,
-            self.coalesce_gap_bytes,
-            self.max_request_bytes,
-            n,
-        )
-        chunks = len(reads)
-        per_chunk = np.bincount((np.arange(total) // n) * k + picks, minlength=chunks * k).reshape(
-            chunks, k
-        )
-        after = (counts + np.cumsum(per_chunk, axis=0)).tolist()
-        out = []
-        for j in range(chunks):
-            a, b = j * n, min(total, (j + 1) * n)
-            nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + b - a, tuple(after[j]))
-            out.append(WorkChunk(cursor, picks[a:b], shards[a:b], samples[a:b], reads[j], nxt,
-                                 self.manifests))  # fmt: skip
-            cursor = nxt
-        return out
-
-    def _plan_token_chunk(
-        self, cursor: Cursor, splits: list[LaneSplit], limits: np.ndarray | None
-    ) -> WorkChunk | None:
-        """The next chunk of a token mixture: its picks depend on the byte sizes of the
-        samples each dataset would give next, so it is planned alone."""
-        assert self._tokens is not None and cursor.tokens is not None
-        k = len(self.manifests)
-        counts = np.array(cursor.counts, dtype=np.int64)
-        if self._exhausted(counts, limits):
-            return None
-        n = self.chunk_size
-        ratios = self._ratios()
-        located = [self._locate(d, cursor.lane, splits[d], counts[d], n) for d in range(k)]
-        upcoming = [self.manifests[d].sample_nbytes(*located[d]) * ratios[d] for d in range(k)]
-        picks, _ = self._tokens.picks(cursor.tokens, upcoming, n)
-        if limits is not None:
-            picks = self._truncate(picks, counts, limits)
-        taken = np.bincount(picks, minlength=k)
-        shards = np.empty(len(picks), np.int64)
-        samples = np.empty(len(picks), np.int64)
-        for d in np.flatnonzero(taken).tolist():
-            shards[picks == d] = located[d][0][: taken[d]]
-            samples[picks == d] = located[d][1][: taken[d]]
-        tokens_after = tuple(
-            cursor.tokens[d]
-            + float(
-                self.manifests[d]
-                .sample_nbytes(located[d][0][: taken[d]], located[d][1][: taken[d]])
-                .sum()
-            )
-            * ratios[d]
-            for d in range(k)
-        )
-        next_cursor = Cursor(
-            cursor.lane,
-            cursor.chunk + 1,
-            cursor.position + len(picks),
-            tuple(int(c) for c in counts + taken),
-            tokens_after,
-        )
-        (reads,) = coalesce_chunks(
-            self.manifests,
-            picks,
-            shards,
-            samples,
-            self.coalesce_gap_bytes,
-            self.max_request_bytes,
-            len(picks),
-        )
-        return WorkChunk(cursor, picks, shards, samples, reads, next_cursor, self.manifests)
-
-    def _exhausted(self, counts: np.ndarray, limits: np.ndarray | None) -> bool:
-        """Whether a lane that has drawn ``counts`` is past the end of its curriculum."""
-        if limits is None:
-            return False
-        done = counts >= limits
-        return bool(done.any() if self.exhausted_policy == "stop" else done.all())
-
-    def _locate(
-        self, d: int, lane: int, split: LaneSplit, first: int, n: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        k = first + np.arange(n, dtype=np.int64)
-        passes, ranks = split.ranks(lane, k)
-        order = self.orders[d]
-        if passes[0] == passes[-1]:
-            return order.locate(int(passes[0]), ranks)
-        shards = np.empty(n, np.int64)
-        samples = np.empty(n, np.int64)
-        for p in distinct(passes):
-            mask = passes == p
-            shards[mask], samples[mask] = order.locate(int(p), ranks[mask])
-        return shards, samples
-
-    def _truncate(self, picks: np.ndarray, counts: np.ndarray, limits: np.ndarray) -> np.ndarray:
-        """``picks`` up to the pointer that ends the curriculum: the first at which any
-        dataset (``stop``) or every dataset (``repeat``) has reached its limit."""
-        reach: list[int | None] = []  # per dataset, the first position at its limit
-        for d, need in enumerate((limits - counts).tolist()):
-            if need <= 0:
-                reach.append(0)
-                continue
-            where = np.flatnonzero(picks == d)
-            reach.append(int(where[need - 1]) if len(where) >= need else None)
-        hit = [r for r in reach if r is not None]
-        if self.exhausted_policy == "stop":
-            return picks[: min(hit) + 1] if hit else picks
-        return picks[: max(hit) + 1] if len(hit) == len(reach) else picks
+        return LanePlanner(self, lane, self.splits(lanes)).chunks(cursor)
 
     async def requests(
         self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None

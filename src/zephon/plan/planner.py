@@ -1,0 +1,178 @@
+"""One lane's curriculum, planned chunk by chunk: mixing, locating, coalescing.
+
+A lane draws every dataset from its fair share of that dataset's multi-pass order
+(:class:`~zephon.plan.lanes.LaneSplit`), mixed by the exact greedy schedule; in a finite
+curriculum each dataset has a quota (the lane's share of its global draw count) and drops out
+of the mixture once it is drawn, and the lane ends when every quota is met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from zephon.plan.arrays import distinct
+from zephon.plan.coalesce import PlannedReads, coalesce_chunks
+from zephon.plan.lanes import LaneSplit
+from zephon.plan.manifest import Manifest
+from zephon.refs import Cursor, RangeRequest
+
+if TYPE_CHECKING:
+    from zephon.plan.worksource import StaticMixtureWorkSource
+
+__all__ = ["LanePlanner", "WorkChunk"]
+
+CHUNKS_AT_ONCE = 8  # chunks a lane plans in one numpy pass (sample mixtures)
+
+
+class WorkChunk:
+    """One planned chunk of a lane: its cursor, pointer arrays and reads.
+
+    ``reads`` holds the coalesced reads in columns; ``requests`` makes (once) the
+    :class:`RangeRequest` objects.
+    """
+
+    __slots__ = ("_manifests", "_requests", "cursor", "datasets", "next_cursor", "reads",
+                 "samples", "shards")  # fmt: skip
+
+    def __init__(
+        self,
+        cursor: Cursor,
+        datasets: np.ndarray,
+        shards: np.ndarray,
+        samples: np.ndarray,
+        reads: PlannedReads,
+        next_cursor: Cursor,
+        manifests: Sequence[Manifest],
+    ) -> None:
+        self.cursor = cursor
+        self.datasets = datasets
+        self.shards = shards
+        self.samples = samples
+        self.reads = reads
+        self.next_cursor = next_cursor
+        self._manifests = manifests
+        self._requests: list[RangeRequest] | None = None
+
+    def __len__(self) -> int:
+        return len(self.datasets)
+
+    @property
+    def requests(self) -> list[RangeRequest]:
+        if self._requests is None:
+            self._requests = self.reads.materialize(self._manifests, self.cursor, len(self))
+        return self._requests
+
+
+class LanePlanner:
+    """Plans lane ``lane`` of a work source whose datasets are split by ``splits``."""
+
+    def __init__(
+        self, source: StaticMixtureWorkSource, lane: int, splits: Sequence[LaneSplit],
+        chunks_at_once: int | None = None,
+    ) -> None:  # fmt: skip
+        self.source = source
+        self.lane = lane
+        self.splits = splits
+        self.at_once = CHUNKS_AT_ONCE if chunks_at_once is None else chunks_at_once
+        quotas = [s.quota(lane) for s in splits]
+        self.quotas: list[int | None] | None = None if quotas[0] is None else quotas
+
+    def chunks(self, cursor: Cursor) -> Iterator[WorkChunk]:
+        """Chunks from ``cursor`` to the end of the lane's curriculum (or forever)."""
+        while True:
+            if self.source.mixture_unit == "tokens":  # picks depend on the chunk before
+                chunk = self._plan_token_chunk(cursor)
+                planned = [] if chunk is None else [chunk]
+            else:
+                planned = self._plan_chunks(cursor, self.at_once)
+            if not planned:
+                return
+            yield from planned
+            cursor = planned[-1].next_cursor
+
+    def _room(self, counts: Sequence[int]) -> list[int | None] | None:
+        if self.quotas is None:
+            return None
+        return [None if q is None else q - c for q, c in zip(self.quotas, counts, strict=True)]
+
+    def _plan_chunks(self, cursor: Cursor, count: int) -> list[WorkChunk]:
+        """The next ``count`` chunks (fewer at the end) of a sample mixture, planned in one
+        pass: mixing, locating and coalescing are per-pointer functions, so planning chunks
+        together gives exactly the chunks planned one by one, for a fraction of the numpy
+        calls per chunk (which dominate for chunks of a thousand pointers)."""
+        src = self.source
+        k, n = len(src.manifests), src.chunk_size
+        counts = np.array(cursor.counts, dtype=np.int64)
+        picks = src.schedule.picks(cursor.counts, n * count, self.quotas)
+        total = len(picks)
+        if total == 0:
+            return []
+        shards = np.empty(total, np.int64)
+        samples = np.empty(total, np.int64)
+        taken = np.bincount(picks, minlength=k)
+        for d in np.flatnonzero(taken).tolist():
+            where = picks == d
+            shards[where], samples[where] = self._locate(d, int(counts[d]), int(taken[d]))
+        reads = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
+                                src.max_request_bytes, n)  # fmt: skip
+        chunks = len(reads)
+        per_chunk = np.bincount((np.arange(total) // n) * k + picks, minlength=chunks * k)
+        after = (counts + np.cumsum(per_chunk.reshape(chunks, k), axis=0)).tolist()
+        out = []
+        for j in range(chunks):
+            a, b = j * n, min(total, (j + 1) * n)
+            nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + b - a, tuple(after[j]))
+            out.append(WorkChunk(cursor, picks[a:b], shards[a:b], samples[a:b], reads[j], nxt,
+                                 src.manifests))  # fmt: skip
+            cursor = nxt
+        return out
+
+    def _plan_token_chunk(self, cursor: Cursor) -> WorkChunk | None:
+        """The next chunk of a token mixture: its picks depend on the byte sizes of the
+        samples each dataset would give next, so it is planned alone."""
+        src = self.source
+        assert src.token_schedule is not None and cursor.tokens is not None
+        k, n = len(src.manifests), src.chunk_size
+        counts = np.array(cursor.counts, dtype=np.int64)
+        room = self._room(cursor.counts)
+        want = [n if r is None else min(n, r) for r in (room or [None] * k)]
+        ratios = src._ratios()
+        located = [self._locate(d, int(counts[d]), want[d]) for d in range(k)]
+        upcoming = [src.manifests[d].sample_nbytes(*located[d]) * ratios[d] for d in range(k)]
+        picks, _ = src.token_schedule.picks(cursor.tokens, upcoming, n, room)
+        if len(picks) == 0:
+            return None
+        taken = np.bincount(picks, minlength=k)
+        shards = np.empty(len(picks), np.int64)
+        samples = np.empty(len(picks), np.int64)
+        tokens_after = list(cursor.tokens)
+        for d in range(k):
+            got = int(taken[d])
+            if got:
+                shards[picks == d] = located[d][0][:got]
+                samples[picks == d] = located[d][1][:got]
+                nbytes = src.manifests[d].sample_nbytes(located[d][0][:got], located[d][1][:got])
+                tokens_after[d] += float(nbytes.sum()) * ratios[d]
+        nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + len(picks),
+                     tuple(int(c) for c in counts + taken), tuple(tokens_after))  # fmt: skip
+        (reads,) = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
+                                   src.max_request_bytes, len(picks))  # fmt: skip
+        return WorkChunk(cursor, picks, shards, samples, reads, nxt, src.manifests)
+
+    def _locate(self, d: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(shards, samples)`` of the lane's draws ``first .. first + n`` of dataset ``d``."""
+        src = self.source
+        passes, ranks = self.splits[d].ranks(self.lane, first + np.arange(n, dtype=np.int64))
+        order = src.orders[d]
+        if n == 0 or passes[0] == passes[-1]:
+            return order.locate(src.exhaustion.pass_key(d, int(passes[0]) if n else 0), ranks)
+        shards = np.empty(n, np.int64)
+        samples = np.empty(n, np.int64)
+        for p in distinct(passes):
+            mask = passes == p
+            shards[mask], samples[mask] = order.locate(src.exhaustion.pass_key(d, int(p)),
+                                                       ranks[mask])  # fmt: skip
+        return shards, samples

@@ -1,0 +1,71 @@
+"""Sizes the planner derives from a manifest: block-shuffle run sizes and mean sample bytes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zephon.formats.index import RowGroupIndex
+from zephon.plan.manifest import Manifest
+
+__all__ = ["default_run", "mean_sample_bytes", "probe_sample_bytes"]
+
+_RUN_TARGET_BYTES = 4 << 20
+
+
+def default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:
+    """Samples kept together by block shuffling: for Parquet a row group (its read unit); for
+    record formats enough samples for reads of about 4 MiB (every read costs a request), but
+    at least a sixteenth of a chunk and at most a quarter of a block (or of the dataset). The
+    result divides ``chunk_size`` or is a multiple of it, as :class:`DatasetOrder` needs."""
+    rows = [
+        int(np.median(np.diff(x.row_starts)))
+        for x in manifest.layouts[:64]
+        if isinstance(x, RowGroupIndex) and len(x.row_starts) > 1
+    ]
+    if rows:  # whole row groups, as many as make about 4 MiB
+        group_rows = int(np.median(rows))
+        group_bytes = _mean_group_bytes(manifest)
+        want = group_rows * max(1, math.floor(_RUN_TARGET_BYTES / max(1.0, group_bytes)))
+    else:
+        sample_bytes = mean_sample_bytes(manifest)
+        want = max(chunk_size // 16, math.ceil(_RUN_TARGET_BYTES / max(1.0, sample_bytes)))
+    # A block (or a dataset smaller than one) holds at least four runs to move around.
+    want = max(1, min(want, min(block_size, manifest.num_samples) // 4 or 1))
+    if want >= chunk_size:
+        return chunk_size * (want // chunk_size)
+    return max(d for d in range(1, want + 1) if chunk_size % d == 0)
+
+
+def _mean_group_bytes(manifest: Manifest) -> float:
+    sizes = [
+        float(x.group_nbytes.mean())
+        for x in manifest.layouts[:64]
+        if isinstance(x, RowGroupIndex) and len(x.group_nbytes)
+    ]
+    return float(np.mean(sizes)) if sizes else float(_RUN_TARGET_BYTES)
+
+
+def mean_sample_bytes(manifest: Manifest) -> float:
+    probe = min(manifest.num_shards, 16)
+    shards = np.repeat(np.arange(probe), 1)
+    counts = manifest.shard_samples[:probe]
+    if not manifest.all_records or counts.sum() == 0:
+        return 1024.0
+    starts, _ = manifest.spans(shards, np.zeros(probe, dtype=np.int64))
+    _, stops = manifest.spans(shards, np.maximum(counts - 1, 0))
+    total = float((stops - starts)[counts > 0].sum())
+    return total / float(counts.sum())
+
+
+
+
+def probe_sample_bytes(manifest: Manifest, probes: int = 4096) -> float:
+    """Mean byte length of up to ``probes`` samples evenly spaced in storage order (any
+    layout): what a token mixture expects a sample of this dataset to weigh."""
+    n = manifest.num_samples
+    ranks = np.unique(np.linspace(0, n - 1, min(n, probes)).astype(np.int64))
+    cum = np.concatenate(([0], np.cumsum(manifest.shard_samples)))
+    shards = np.searchsorted(cum, ranks, side="right") - 1
+    return float(manifest.sample_nbytes(shards, ranks - cum[shards]).mean())

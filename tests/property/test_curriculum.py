@@ -1,0 +1,222 @@
+"""Property tests of curriculum exactness over the configuration space: any datasets, shard
+sizes, weights, lanes, shuffles, policies and passes. A pass delivers every sample exactly
+once; any other curriculum delivers exactly its stated global prefix; mixtures stay bounded."""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.property.test_planner import in_memory
+from zephon.plan import Manifest, StaticMixtureWorkSource
+from zephon.formats.index import RecordIndex
+from zephon.plan.manifest import _Records
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+Pointer = tuple[int, int, int]
+
+
+@st.composite
+def datasets(draw: st.DrawFn, max_datasets: int = 5, max_samples: int = 5000) -> list[Manifest]:
+    """1-5 datasets of 1-5,000 samples in shards of 1-500 samples."""
+    out = []
+    for d in range(draw(st.integers(1, max_datasets))):
+        total = draw(st.integers(1, max_samples))
+        per = draw(st.integers(1, 500))
+        sizes = [per] * (total // per) + ([total % per] if total % per else [])
+        name = f"d{d}"
+        layouts = [_Records(RecordIndex(np.arange(n + 1, dtype=np.int64) * 100)) for n in sizes]
+        out.append(in_memory(name, f"{name}-{sizes}", sizes, layouts))
+    return out
+
+
+def lane_stream(ws: StaticMixtureWorkSource, lane: int, lanes: int) -> list[Pointer]:
+    out: list[Pointer] = []
+    for c in ws.chunks(lane, lanes):
+        out.extend(zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(), strict=True))
+    return out
+
+
+def every_sample(ms: list[Manifest], times: int = 1) -> Counter[Pointer]:
+    return Counter({(d, s, i): times for d, m in enumerate(ms)
+                    for s, n in enumerate(m.shard_samples.tolist()) for i in range(n)})  # fmt: skip
+
+
+def global_prefix(ws: StaticMixtureWorkSource) -> Counter[Pointer]:
+    """What the curriculum says all lanes deliver together: the first ``c_d`` draws of each
+    dataset's multi-pass order."""
+    ends = ws.end_counts()
+    assert ends is not None
+    out: Counter[Pointer] = Counter()
+    for d, (m, c) in enumerate(zip(ws.manifests, ends, strict=True)):
+        n = m.num_samples
+        for p in range(-(-c // n)):
+            ranks = np.arange(min(n, c - p * n), dtype=np.int64)
+            shards, samples = ws.orders[d].locate(ws.exhaustion.pass_key(d, p), ranks)
+            out.update(zip([d] * len(ranks), shards.tolist(), samples.tolist(), strict=True))
+    return out
+
+
+def worst_deviation(picks: list[int], weights: list[Fraction]) -> float:
+    """Largest ``|count_d - t * w_d|`` over every prefix ``t`` of a stream of picks."""
+    if not picks:
+        return 0.0
+    arr = np.array(picks)
+    t = np.arange(1, len(arr) + 1)
+    return max(
+        float(np.abs(np.cumsum(arr == d) - t * float(w)).max()) for d, w in enumerate(weights)
+    )
+
+
+def round_robin(streams: list[list[Pointer]]) -> list[Pointer]:
+    """Lanes merged one item each in turn, a lane that ended skipped (a rank's merge)."""
+    out: list[Pointer] = []
+    for i in range(max((len(s) for s in streams), default=0)):
+        out.extend(s[i] for s in streams if i < len(s))
+    return out
+
+
+shuffles = st.sampled_from(["none", "shards", "block", "global"])
+policies = st.sampled_from(["repeat", "stop"])
+
+
+@SETTINGS
+@given(datasets(), shuffles, policies, st.integers(1, 3), st.integers(1, 16), st.integers(0, 99),
+       st.sampled_from([16, 64, 1024]))  # fmt: skip
+def test_proportional_passes_deliver_every_sample_exactly_passes_times(
+    ms: list[Manifest], shuffle: str, policy: str, passes: int, lanes: int, seed: int, chunk: int
+) -> None:
+    ws = StaticMixtureWorkSource(ms, shuffle=shuffle, exhausted_policy=policy,
+                                 stop_after_passes=passes, seed=seed, chunk_size=chunk)  # fmt: skip
+    streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
+    delivered = Counter(p for s in streams for p in s)
+    assert delivered == every_sample(ms, passes)
+    for d, m in enumerate(ms):  # every lane holds a fair share of every dataset
+        shares = [sum(1 for p in s if p[0] == d) for s in streams]
+        assert max(shares) - min(shares) <= 1, (d, shares)
+        assert abs(shares[0] - passes * m.num_samples / lanes) < 1
+
+
+@SETTINGS
+@given(datasets(), st.lists(st.integers(1, 9), min_size=5, max_size=5), shuffles, policies,
+       st.sampled_from([1, 2, 3, None]), st.integers(1, 12), st.integers(0, 99))  # fmt: skip
+def test_any_weights_deliver_exactly_the_global_prefix(
+    ms: list[Manifest], raw: list[int], shuffle: str, policy: str, passes: int | None,
+    lanes: int, seed: int,
+) -> None:  # fmt: skip
+    mixture = {m.name: raw[d] for d, m in enumerate(ms)}
+    ws = StaticMixtureWorkSource(ms, mixture, shuffle=shuffle, exhausted_policy=policy,
+                                 stop_after_passes=passes, seed=seed, chunk_size=64)  # fmt: skip
+    ends = ws.end_counts()
+    if policy == "repeat" and passes is None:
+        assert ends is None  # infinite
+        return
+    assert ends is not None
+    streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
+    delivered = Counter(p for s in streams for p in s)
+    assert delivered == global_prefix(ws)
+    sizes = [m.num_samples for m in ms]
+    limit = passes or 1
+    if policy == "stop":  # ends exactly where the first dataset completes its passes
+        assert any(c == limit * n for c, n in zip(ends, sizes, strict=True))
+        assert all(c <= limit * n for c, n in zip(ends, sizes, strict=True))
+    else:  # every dataset completed its passes, the last one just now
+        assert all(c >= limit * n for c, n in zip(ends, sizes, strict=True))
+        assert any(c == limit * n for c, n in zip(ends, sizes, strict=True))
+    total = sum(ends)
+    for c, w in zip(ends, ws.weights, strict=True):  # the end counts follow the weights
+        assert abs(c - total * w) <= 1
+
+
+@SETTINGS
+@given(datasets(max_samples=3000), st.lists(st.integers(1, 9), min_size=5, max_size=5),
+       shuffles, policies, st.sampled_from([1, 2, None]), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([1, 2, 4]))  # fmt: skip
+def test_mixture_stays_bounded_per_lane_per_rank_and_globally(
+    ms: list[Manifest], raw: list[int], shuffle: str, policy: str, passes: int | None,
+    lanes: int, world: int,
+) -> None:  # fmt: skip
+    if lanes % world:
+        return
+    mixture = {m.name: raw[d] for d, m in enumerate(ms)}
+    ws = StaticMixtureWorkSource(ms, mixture, shuffle=shuffle, exhausted_policy=policy,
+                                 stop_after_passes=passes, chunk_size=64)  # fmt: skip
+    if ws.end_counts() is None:
+        ws = StaticMixtureWorkSource(ms, mixture, shuffle=shuffle, stop_after_passes=1,
+                                     chunk_size=64)  # fmt: skip
+    streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
+    for s in streams:
+        assert worst_deviation([p[0] for p in s], ws.weights) <= 2
+    per = lanes // world
+    for rank in range(world):  # a rank merges its lanes round-robin
+        merged = round_robin(streams[rank * per : (rank + 1) * per])
+        assert worst_deviation([p[0] for p in merged], ws.weights) <= 2 * per
+    merged = round_robin(streams)  # a global step: one item of every lane
+    assert worst_deviation([p[0] for p in merged], ws.weights) <= 2 * lanes
+
+
+def small(name: str, sizes: list[int]) -> Manifest:
+    layouts = [_Records(RecordIndex(np.arange(n + 1, dtype=np.int64) * 100)) for n in sizes]
+    return in_memory(name, f"{name}-{sizes}", sizes, layouts)
+
+
+def test_stop_ends_the_curriculum_whatever_stop_after_passes_says() -> None:
+    ms = [small("a", [100, 50]), small("b", [300])]
+    for passes in (None, 1):
+        ws = StaticMixtureWorkSource(ms, exhausted_policy="stop", stop_after_passes=passes)
+        assert ws.end_counts() == [150, 300]
+        assert Counter(p for lane in range(3) for p in lane_stream(ws, lane, 3)) == (
+            every_sample(ms)
+        )
+    two = StaticMixtureWorkSource(ms, exhausted_policy="stop", stop_after_passes=2)
+    assert two.end_counts() == [300, 600]
+
+
+def test_max_repeats_ends_when_a_dataset_would_start_pass_two_plus_n() -> None:
+    ms = [small("a", [100]), small("b", [1000])]
+    ws = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, stop_after_passes=None,
+                                 max_repeats={"a": 2})  # fmt: skip
+    assert ws.end_counts() == [300, 300]
+    streams = [lane_stream(ws, lane, 2) for lane in range(2)]
+    delivered = Counter(p for s in streams for p in s)
+    assert delivered == global_prefix(ws)
+    assert all(delivered[(0, 0, i)] == 3 for i in range(100))  # three passes of a, no fourth
+    with_passes = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, stop_after_passes=1,
+                                          max_repeats=5)  # fmt: skip
+    assert with_passes.end_counts() == [600, 600]  # a stops b's single pass at its 6th pass
+
+
+def test_reshuffle_on_repeat_false_keeps_the_order_across_passes() -> None:
+    ms = [small("a", [40, 60]), small("b", [500])]
+    ws = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, shuffle="global", stop_after_passes=1,
+                                 reshuffle_on_repeat={"a": False})  # fmt: skip
+    a = [p for p in lane_stream(ws, 0, 1) if p[0] == 0]
+    assert len(a) == 500
+    assert a[:100] == a[100:200] == a[400:500]  # every pass of a in one order
+    assert sorted(a[:100]) == sorted(every_sample(ms[:1]))
+    again = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, shuffle="global", stop_after_passes=1)
+    b = [p for p in lane_stream(again, 0, 1) if p[0] == 0]
+    assert b[:100] != b[100:200]  # by default each pass has its own order
+
+
+def test_invalid_repetition_settings_name_the_conflicting_arguments() -> None:
+    import pytest
+
+    from zephon.errors import ConfigError
+
+    ms = [small("a", [10]), small("b", [10])]
+    for kwargs, match in [
+        ({"exhausted_policy": {"a": "stop"}, "max_repeats": {"a": 1}},
+         r"max_repeats=1 for 'a' conflicts with exhausted_policy='stop'"),
+        ({"exhausted_policy": {"c": "stop"}}, r"exhausted_policy names unknown datasets \['c'\]"),
+        ({"max_repeats": -1}, "max_repeats for 'a' must be an int >= 0"),
+        ({"reshuffle_on_repeat": {"b": "yes"}}, "reshuffle_on_repeat for 'b' must be a bool"),
+        ({"exhausted_policy": {"a": "loop"}}, "exhausted_policy for 'a' must be one of"),
+        ({"stop_after_passes": 0}, "stop_after_passes must be an int >= 1 or None"),
+    ]:  # fmt: skip
+        with pytest.raises(ConfigError, match=match):
+            StaticMixtureWorkSource(ms, **kwargs)
