@@ -138,29 +138,67 @@ class LaneSplit:
             lo = np.where(open_ & ok, mid, lo)
             hi = np.where(open_ & ~ok, mid, hi)
 
+    def _pass_at(self, lane: int, k: int) -> int:
+        """:meth:`_pass_of` of one draw, in plain integers (cheaper for one value)."""
+        f, lanes = self.full, self.lanes
+        a, u = f.base * self.chunk + f.q, (lane - self.offset) % lanes
+
+        def before(p: int) -> int:
+            return p * a + ((p * f.r - 1 - u) // lanes + 1 if p * f.r > u else 0)
+
+        lo, hi = max(0, (k - 1) * lanes // self.n), (k + 1) * lanes // self.n + 2
+        if self.total is not None:
+            hi = min(hi, self.total // self.n + 1)
+            lo = min(lo, hi - 1)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if before(mid) <= k else (lo, mid)
+        return lo
+
+    def _params(self, p: int) -> tuple[_Pass, int]:
+        """How pass ``p`` is dealt, and the lane where its longer pieces start."""
+        start = (self.offset + p * self.full.r) % self.lanes
+        if self.total is not None and p == self.total // self.n:
+            return self.last, start
+        return self.full, start
+
     def ranks(self, lane: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(pass, rank)`` of the ``k``-th draws of lane ``lane`` (int64 array, ascending)."""
         if len(k) == 0:
             return k.copy(), k.copy()
-        ends = self._pass_of(lane, np.array([k[0], k[-1]], dtype=np.int64))
-        if ends[0] == ends[1]:
-            passes = np.full(len(k), ends[0], dtype=np.int64)
+        c, lanes = self.chunk, self.lanes
+        first, last = self._pass_at(lane, int(k[0])), self._pass_at(lane, int(k[-1]))
+        if first == last:  # the usual case: one pass, parameters are scalars
+            j = k - int(self._before(lane, np.array([first]))[0])
+            deal, start = self._params(first)
+            rounds = deal.base * c
+            if int(j[-1]) < rounds:
+                chunk_, o = np.divmod(j, c)
+                return np.full(len(k), first, np.int64), (lane + chunk_ * lanes) * c + o
+            passes = np.full(len(k), first, np.int64)
+            base, q, r = deal.base, deal.q, deal.r
+            starts: np.ndarray | int = start
         else:
             passes = self._pass_of(lane, k)
-        j = k - self._before(lane, passes)  # draws of the lane within its pass
-        f, c, lanes = self.full, self.chunk, self.lanes
-        base = np.full(len(k), f.base, dtype=np.int64)
-        q = np.full(len(k), f.q, dtype=np.int64)
-        r = np.full(len(k), f.r, dtype=np.int64)
-        start = (self.offset + passes * f.r) % lanes
-        if self.total is not None and self.total % self.n:
-            partial = passes == self.total // self.n
-            if partial.any():
-                last = self.last
-                base[partial], q[partial], r[partial] = last.base, last.q, last.r
+            j = k - self._before(lane, passes)
+            f = self.full
+            base_a = np.full(len(k), f.base, dtype=np.int64)
+            q_a = np.full(len(k), f.q, dtype=np.int64)
+            r_a = np.full(len(k), f.r, dtype=np.int64)
+            if self.total is not None and self.total % self.n:
+                partial = passes == self.total // self.n
+                if partial.any():
+                    d = self.last
+                    base_a[partial], q_a[partial], r_a[partial] = d.base, d.q, d.r
+            base, q, r = base_a, q_a, r_a  # type: ignore[assignment]
+            starts = (self.offset + passes * f.r) % lanes
         in_rounds = j < base * c
         chunk_, o = np.divmod(j, c)
         rank_rounds = (lane + chunk_ * lanes) * c + o
-        piece = base * c * lanes + lane * q + _extras_before(lane, start, r, lanes)
+        piece = (
+            base * c * lanes
+            + lane * q
+            + _extras_before(lane, np.asarray(starts), np.asarray(r), lanes)
+        )
         rank = np.where(in_rounds, rank_rounds, piece + j - base * c)
         return passes.astype(np.int64), rank.astype(np.int64)
