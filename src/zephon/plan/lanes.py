@@ -20,6 +20,7 @@ within a pass and together complete it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class LaneSplit:
     ) -> LaneSplit:
         return cls(n, lanes, max(1, min(chunk_size, n // lanes)), offset % lanes, total)
 
-    @property
+    @cached_property
     def full(self) -> _Pass:
         return _Pass.of(self.n, self.chunk, self.lanes)
 
@@ -83,7 +84,7 @@ class LaneSplit:
         """Whole passes of a finite curriculum (the partial last one not counted)."""
         return None if self.total is None else self.total // self.n
 
-    @property
+    @cached_property
     def last(self) -> _Pass:
         """The partial last pass of a finite curriculum (``m == 0`` if there is none)."""
         assert self.total is not None
