@@ -140,7 +140,6 @@ def main() -> None:
 def pipeline_suite(trees: dict[str, Path], args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     from pipeline import jsonl_shard, parquet_shard
-
     from zephon.testing import MotoServer
 
     with MotoServer() as endpoint:

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.property.test_planner import in_memory
-from zephon.plan import Manifest, StaticMixtureWorkSource
 from zephon.formats.index import RecordIndex
+from zephon.plan import Manifest, StaticMixtureWorkSource
 from zephon.plan.manifest import _Records
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

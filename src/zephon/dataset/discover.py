@@ -240,7 +240,9 @@ async def _indexed_format(
     raw: bytes | None,
     objects: list[ObjectInfo],
 ) -> tuple[list[ObjectInfo], list[AnyIndex], Any, dict[str, Any]]:
-    """MDS or LitData: an ``index.json`` names the shards and their sample counts."""
+    """MDS or LitData: an ``index.json`` names the shards and their sample counts.
+
+    Long because both formats' index checks are here, each naming the shard it rejects."""
     listed = {o.uri: o for o in objects}
     if ctx.persistent is not None and ctx.persistent.format == fmt:
         meta = ctx.persistent.format_meta
@@ -344,7 +346,9 @@ async def discover(
     cache: IndexCache | None,
     index_uri: str | None = None,
 ) -> Discovered:
-    """Find a dataset's shards and build every shard index (see the module docstring)."""
+    """Find a dataset's shards and build every shard index (see the module docstring).
+    Long because it is the one place where the discovery paths (persistent index, listing,
+    cache) meet, in order."""
     if format is not None and format not in FORMATS:
         raise ConfigError(f"format must be one of {FORMATS}, got {format!r}")
     started = time.perf_counter()

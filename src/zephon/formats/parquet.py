@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephon.arrays import distinct
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.index import RowGroupIndex
-from zephon.plan.arrays import distinct
 from zephon.refs import ShardInfo
 
 __all__ = ["FOOTER_PROBE_BYTES", "ParquetCodec", "footer_length", "index_from_footer"]

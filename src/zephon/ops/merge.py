@@ -30,6 +30,9 @@ async def merge_lanes(
     ``first`` is the position (in ``lanes``) whose turn it is; lanes at positions in
     ``ended`` are known to have ended (a restored run). Output blocks record, in
     ``extra["ended"]``, the lane names (``names``) seen to end so far, for checkpoints.
+
+    Long because it is one loop over items with three paths (whole rounds, a single lane,
+    one item) sharing the same buffers; helpers would cost a call per merged item.
     """
     buffers: list[tuple[Block, int] | None] = [None] * len(lanes)
     active = [i for i in range(len(lanes)) if i not in set(ended)]

@@ -58,7 +58,9 @@ async def _concat(
     depth: int, resume: tuple[Mark, int] | None,
 ) -> AsyncIterator[Block]:  # fmt: skip
     """Vectorised per block: the block's documents (after the previous block's unfinished
-    row) are laid end to end in flat arrays and cut into rows with numpy."""
+    row) are laid end to end in flat arrays and cut into rows with numpy. Long because the
+    marks, positions and segments of the rows are computed from the same flat arrays in one
+    pass."""
     before, offset = resume if resume is not None else (start_mark(lane, depth), 0)
     carry_ids = np.zeros(0, dtype=np.int32)  # the unfinished row
     carry_pos = np.zeros(0, dtype=np.int32)

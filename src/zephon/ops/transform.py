@@ -138,6 +138,8 @@ async def run_apply(
     - any other op is taken to be stateless (its outputs depend only on the latest input): the
       position *before* that input, with the number of outputs it has produced since, which
       are skipped when the input is fed again on resume.
+
+    Long because both kinds of op share one feeding loop and its resume skip.
     """
     stateful = is_stateful(op)
     if stateful:  # each lane, in each run, has its own copy, fresh from the pipeline's

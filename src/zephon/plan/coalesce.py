@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.arrays import distinct, in_order
 from zephon.formats.index import RowGroupIndex, StreamIndex
-from zephon.plan.arrays import distinct, in_order
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
@@ -83,7 +83,8 @@ def coalesce_chunks(
     """The reads of consecutive chunks at once: pointers ``[j * chunk_size, (j + 1) *
     chunk_size)`` form chunk ``j`` (the last may be shorter). No read spans two chunks, so
     each chunk's reads are exactly those of planning it alone, for a fraction of the numpy
-    calls per chunk."""
+    calls per chunk. Long because it is one sequence of array passes over the same columns
+    (sort, cut, group); split, it would pass a dozen arrays between helpers."""
     n = len(datasets)
     slots = np.arange(n, dtype=np.int64)
     chunk = slots // chunk_size

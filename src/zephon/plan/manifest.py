@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from zephon.arrays import distinct
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
-from zephon.plan.arrays import distinct
 
 __all__ = ["Layout", "Manifest", "UniformRecords"]
 

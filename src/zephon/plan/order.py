@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.plan.arrays import distinct, per_distinct
+from zephon.arrays import distinct, per_distinct
 from zephon.plan.manifest import Manifest
 from zephon.plan.permute import key_of, permute, permute_keyed
 

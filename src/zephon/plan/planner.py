@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zephon.plan.arrays import distinct
+from zephon.arrays import distinct
 from zephon.plan.coalesce import PlannedReads, coalesce_chunks
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest

@@ -59,8 +59,6 @@ def mean_sample_bytes(manifest: Manifest) -> float:
     return total / float(counts.sum())
 
 
-
-
 def probe_sample_bytes(manifest: Manifest, probes: int = 4096) -> float:
     """Mean byte length of up to ``probes`` samples evenly spaced in storage order (any
     layout): what a token mixture expects a sample of this dataset to weigh."""

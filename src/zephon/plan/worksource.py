@@ -98,21 +98,8 @@ class StaticMixtureWorkSource:
             d if isinstance(d, Manifest) else Manifest.from_dataset(d) for d in datasets
         ]
         names = [m.name for m in self.manifests]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"datasets: names must be distinct, got {names}")
-        if shuffle not in SHUFFLES:
-            raise ConfigError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
-        if mixture_unit not in _UNITS:
-            raise ConfigError(f"mixture_unit must be one of {_UNITS}, got {mixture_unit!r}")
-        if chunk_size < 1:
-            raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
-        if block_size is not None and block_size < 1:
-            raise ConfigError(f"block_size must be >= 1 or None, got {block_size}")
-        if coalesce_gap_bytes < 0 or max_request_bytes < 1:
-            raise ConfigError("coalesce_gap_bytes must be >= 0 and max_request_bytes >= 1")
-        empty = [m.name for m in self.manifests if m.num_samples == 0]
-        if empty:
-            raise ConfigError(f"datasets {empty} have no samples")
+        _check_arguments(self.manifests, shuffle, mixture_unit, chunk_size, block_size, run_size,
+                         coalesce_gap_bytes, max_request_bytes)  # fmt: skip
         self.names = names
         self.exhaustion = Exhaustion.of(
             names, exhausted_policy, max_repeats, reshuffle_on_repeat, stop_after_passes
@@ -125,13 +112,6 @@ class StaticMixtureWorkSource:
         self.max_request_bytes = max_request_bytes
         self.weights = self._weights(mixture)
         self.tokens_per_byte = self._tokens_per_byte(tokens_per_byte)
-        if run_size is not None and (
-            run_size < 1 or (chunk_size % run_size and run_size % chunk_size)
-        ):
-            raise ConfigError(
-                f"run_size must divide chunk_size ({chunk_size}) or be a multiple of it, "
-                f"got {run_size}"
-            )
         self.block_sizes = [
             block_size
             or chunk_size * math.ceil(4 * m.num_samples / max(1, m.num_shards) / chunk_size)
@@ -293,10 +273,13 @@ class StaticMixtureWorkSource:
             sizes = [m.num_samples for m in self.manifests]
             weights = self.weights
             if self.token_schedule is not None:  # token shares -> expected sample shares
-                per_sample = [r * probe_sample_bytes(m)
-                              for r, m in zip(self._ratios(), self.manifests, strict=True)]
-                weights = rational_weights([w / max(t, 1e-12)
-                                            for w, t in zip(weights, per_sample, strict=True)])
+                per_sample = [
+                    r * probe_sample_bytes(m)
+                    for r, m in zip(self._ratios(), self.manifests, strict=True)
+                ]
+                weights = rational_weights(
+                    [w / max(t, 1e-12) for w, t in zip(weights, per_sample, strict=True)]
+                )
             self._ends = self.exhaustion.end_counts(weights, sizes)
         assert self._ends is not True
         return self._ends
@@ -356,3 +339,30 @@ class StaticMixtureWorkSource:
             if time.perf_counter() - since >= _PLAN_SLICE_S:
                 await asyncio.sleep(0)
                 since = time.perf_counter()
+
+
+def _check_arguments(
+    manifests: Sequence[Manifest], shuffle: str, mixture_unit: str, chunk_size: int,
+    block_size: int | None, run_size: int | None, gap: int, max_request: int,
+) -> None:  # fmt: skip
+    """Raises ``ConfigError`` naming the first invalid argument of a work source."""
+    names = [m.name for m in manifests]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"datasets: names must be distinct, got {names}")
+    if shuffle not in SHUFFLES:
+        raise ConfigError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
+    if mixture_unit not in _UNITS:
+        raise ConfigError(f"mixture_unit must be one of {_UNITS}, got {mixture_unit!r}")
+    if chunk_size < 1:
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
+    if block_size is not None and block_size < 1:
+        raise ConfigError(f"block_size must be >= 1 or None, got {block_size}")
+    if gap < 0 or max_request < 1:
+        raise ConfigError("coalesce_gap_bytes must be >= 0 and max_request_bytes >= 1")
+    empty = [m.name for m in manifests if m.num_samples == 0]
+    if empty:
+        raise ConfigError(f"datasets {empty} have no samples")
+    if run_size is not None and (run_size < 1 or (chunk_size % run_size and run_size % chunk_size)):
+        raise ConfigError(
+            f"run_size must divide chunk_size ({chunk_size}) or be a multiple of it, got {run_size}"
+        )

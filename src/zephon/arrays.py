@@ -1,4 +1,5 @@
-"""Small numpy helpers for planning, where arrays are a chunk long and calls are many."""
+"""Small numpy helpers (layer 0) for planning and decoding, where arrays are a chunk long and
+calls are many."""
 
 from __future__ import annotations
 

@@ -1,0 +1,86 @@
+"""The source tree keeps its shape: layers import downwards only, the pipeline never imports
+torch at module level, modules stay small and long functions say why they are long."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "zephon"
+
+# Layer of each top-level part of the package; a module may import its own layer or lower.
+LAYERS = {
+    "refs": 0, "errors": 0, "arrays": 0,
+    "storage": 1, "formats": 1,
+    "dataset": 2,
+    "plan": 3, "engine": 3,
+    "ops": 4,
+    "pipeline": 5, "torch": 5,
+    "cli": 6, "testing": 6,
+}  # fmt: skip
+
+
+def part(module: str) -> str:
+    """``zephon.plan.lanes`` -> ``plan``."""
+    return module.split(".")[1]
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        if name != "zephon":
+            out.append((name, path))
+    return out
+
+
+def module_level_imports(tree: ast.Module) -> list[str]:
+    """Imports run when the module is imported (not those under ``if TYPE_CHECKING:``, not
+    those inside functions)."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for sub in ast.walk(node) if not isinstance(node, ast.FunctionDef | ast.ClassDef) else ():
+            if isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
+                found.append(sub.module)
+            elif isinstance(sub, ast.Import):
+                found.extend(alias.name for alias in sub.names)
+    return [m for m in found if m.startswith("zephon.")]
+
+
+def test_layers_import_downwards_only() -> None:
+    wrong = []
+    for name, path in modules():
+        mine = LAYERS[part(name)]
+        for imported in module_level_imports(ast.parse(path.read_text())):
+            theirs = LAYERS[part(imported)]
+            if theirs > mine or (part(imported) == "torch" and part(name) != "torch"):
+                wrong.append(f"{name} imports {imported}")
+    assert wrong == []
+
+
+def test_the_pipeline_package_does_not_import_torch_or_the_adapter() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, zephon, zephon.pipeline; "
+            "print(sorted(m for m in sys.modules if m in ('torch', 'zephon.torch')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_modules_stay_small_and_long_functions_say_why() -> None:
+    too_long = []
+    for name, path in modules():
+        text = path.read_text()
+        if len(text.splitlines()) > 420:
+            too_long.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                doc = ast.get_docstring(node) or ""
+                if lines > 60 and "Long because" not in doc:
+                    too_long.append(f"{name}.{node.name}: {lines} lines")
+    assert too_long == []
