@@ -1,16 +1,32 @@
 """The sync bridge: an async generator run on a background event loop, consumed by a plain
-``for`` in the calling thread. It knows nothing of stages; whole blocks cross threads."""
+``for`` in the calling thread. It knows nothing of stages; whole blocks cross threads.
+
+Lifecycle: a bridge never keeps the interpreter alive. Its loop runs on a daemon thread, and
+every bridge still open when the interpreter exits is closed by an ``atexit`` hook (which runs
+while daemon threads still work), each within a bounded time, so a script that drops out with
+a live iterator (an exception, Ctrl-C, or simply the end of the script) exits promptly.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import sys
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["SyncBridge", "new_loop"]
 
 T = TypeVar("T")
+
+CLOSE_TIMEOUT_S = 5.0  # a close that waits longer leaves the rest to the daemon thread's end
+EXIT_TIMEOUT_S = 1.0  # per bridge still open at interpreter exit
+
+_OPEN: weakref.WeakSet[SyncBridge[object]] = weakref.WeakSet()
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -25,8 +41,9 @@ def new_loop() -> asyncio.AbstractEventLoop:
 
 class SyncBridge(Generic[T]):
     """Runs ``agen`` on a loop of its own thread; iterating yields its items here, one
-    ``run_coroutine_threadsafe`` per item. :meth:`close` closes the generator on its loop
-    (which releases whatever it holds) and stops the thread."""
+    ``run_coroutine_threadsafe`` per item. :meth:`close` stops whatever step is in flight,
+    closes the generator on its loop (which releases what it holds) and stops the thread.
+    Safe to call from any thread, more than once."""
 
     def __init__(self, agen: AsyncGenerator[T, None]) -> None:
         self.loop = new_loop()
@@ -36,27 +53,56 @@ class SyncBridge(Generic[T]):
         self.thread.start()
         self.agen = agen
         self.closed = False
+        self._step: asyncio.Task[tuple[T] | None] | None = None
+        self._lock = threading.Lock()
+        _OPEN.add(self)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[T]:
-        while True:
+        while not self.closed:
             item = asyncio.run_coroutine_threadsafe(self._next(), self.loop).result()
             if item is None:
                 return
             yield item[0]
 
     async def _next(self) -> tuple[T] | None:
+        self._step = asyncio.current_task()
         try:
             return (await self.agen.__anext__(),)
         except StopAsyncIteration:
             return None
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            asyncio.run_coroutine_threadsafe(self.agen.aclose(), self.loop).result()
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join()
-            self.loop.close()
+            self._step = None
+
+    async def _shutdown(self) -> None:
+        step = self._step
+        if step is not None and not step.done():  # the consumer left mid-step (an exception)
+            step.cancel()
+            with contextlib.suppress(BaseException):
+                await step
+        await self.agen.aclose()
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Close the generator on its loop and stop the loop's thread (waits at most about
+        ``timeout_s`` for each)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        _OPEN.discard(self)  # type: ignore[arg-type]
+        try:
+            if self.thread.is_alive() and not sys.is_finalizing():
+                done = asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop)
+                with contextlib.suppress(concurrent.futures.TimeoutError):
+                    done.result(timeout_s)
+        finally:
+            if self.thread.is_alive():
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self.thread.join(timeout_s)
+            if not self.thread.is_alive():
+                self.loop.close()
+
+
+@atexit.register
+def _close_open_bridges() -> None:
+    for bridge in list(_OPEN):
+        bridge.close(EXIT_TIMEOUT_S)

@@ -1,0 +1,76 @@
+"""Lifecycle at the edges: a pipeline never keeps the interpreter alive.
+
+Each case is a real script in a child process that leaves a live iterator behind in a
+different way; it must exit within the timeout, with the status and traceback a script
+without Zephon would have, and never abort."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRELUDE = """
+import sys
+from tests import pipeline_fns as fns
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+def build(processes=0, lanes=1):
+    ds = Dataset.from_path("a", sys.argv[1])
+    ws = StaticMixtureWorkSource([ds], seed=1, stop_after_passes=None)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes)
+    return pipe.map(fns.double, processes=processes) if processes else pipe
+"""
+
+ENDINGS = {
+    # the usual training loop shape: a live iterator when the script ends
+    "live iterator at the end": ("it = iter(build(P, L)); next(it)", 0, None),
+    "uncaught exception": ("it = iter(build(P, L)); next(it)\nraise ValueError('user bug')", 1,
+                           "ValueError: user bug"),
+    "KeyboardInterrupt": ("it = iter(build(P, L)); next(it)\nraise KeyboardInterrupt", None,
+                          "KeyboardInterrupt"),
+    "sys.exit inside the loop": ("for x in build(P, L):\n    sys.exit(3)", 3, None),
+    "exception inside the loop": ("for x in build(P, L):\n    raise RuntimeError('in loop')", 1,
+                                  "RuntimeError: in loop"),
+    "two live iterators": ("a = iter(build(P, L)); next(a)\nb = iter(build(P, L)); next(b)", 0,
+                           None),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("lifecycle")
+    for s in range(2):
+        rows = (json.dumps({"id": s * 1000 + i, "text": "x" * 50}) for i in range(1000))
+        (root / f"p{s}.jsonl").write_text("\n".join(rows) + "\n")
+    return root
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("processes,lanes", [(0, 1), (0, 2), (2, 2)])
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_a_script_with_a_live_pipeline_exits_promptly(
+    data: Path, ending: str, processes: int, lanes: int
+) -> None:
+    body, code, message = ENDINGS[ending]
+    body = body.replace("P, L", f"{processes}, {lanes}")
+    script = PRELUDE + "\nif __name__ == '__main__':\n" + textwrap.indent(body, "    ") + "\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,
+                         text=True, timeout=15, env=env, cwd=ROOT)  # fmt: skip
+    assert "terminate called" not in out.stderr
+    assert "Traceback" not in out.stderr or message is not None, out.stderr
+    if code is not None:
+        assert out.returncode == code, out.stderr
+    else:
+        assert out.returncode != 0
+    if message is not None:
+        assert message in out.stderr
+    assert "Unclosed" not in out.stderr and "Task was destroyed" not in out.stderr, out.stderr
