@@ -220,3 +220,96 @@ def test_invalid_repetition_settings_name_the_conflicting_arguments() -> None:
     ]:  # fmt: skip
         with pytest.raises(ConfigError, match=match):
             StaticMixtureWorkSource(ms, **kwargs)
+
+
+def cut_streams(
+    ws: StaticMixtureWorkSource, lanes: int, cuts: list[int], history: list[dict] | None = None
+) -> tuple[list[Pointer], list[list[int]]]:
+    """Every lane's stream up to its cut: the pointers, and each lane's draws per dataset."""
+    before: list[Pointer] = []
+    drawn = []
+    for lane in range(lanes):
+        stream: list[Pointer] = []
+        for c in ws.chunks(lane, lanes, history=history or ()):
+            stream.extend(zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(),
+                              strict=True))  # fmt: skip
+            if len(stream) >= cuts[lane]:
+                break
+        stream = stream[: cuts[lane]]
+        before.extend(stream)
+        drawn.append([sum(1 for p in stream if p[0] == d) for d in range(len(ws.manifests))])
+    return before, drawn
+
+
+@SETTINGS
+@given(datasets(max_datasets=3, max_samples=2000), st.integers(1, 8), st.integers(1, 8),
+       st.integers(1, 8), st.data(), shuffles, policies, st.integers(1, 2))  # fmt: skip
+def test_relaning_delivers_the_rest_exactly_once(
+    ms: list[Manifest], lanes: int, lanes2: int, lanes3: int, data: st.DataObject,
+    shuffle: str, policy: str, passes: int,
+) -> None:  # fmt: skip
+    ws = StaticMixtureWorkSource(ms, shuffle=shuffle, exhausted_policy=policy,
+                                 stop_after_passes=passes, chunk_size=64)  # fmt: skip
+    sizes = [len(lane_stream(ws, lane, lanes)) for lane in range(lanes)]
+    cuts = [data.draw(st.integers(0, n)) for n in sizes]
+    first, drawn = cut_streams(ws, lanes, cuts)
+    history = ws.relane(lanes, [], drawn, lanes2)
+    sizes2 = [len(lane_stream_h(ws, lane, lanes2, history)) for lane in range(lanes2)]
+    cuts2 = [data.draw(st.integers(0, n)) for n in sizes2]
+    second, drawn2 = cut_streams(ws, lanes2, cuts2, history)
+    history2 = ws.relane(lanes2, history, drawn2, lanes3)  # and once more
+    rest = [p for lane in range(lanes3) for p in lane_stream_h(ws, lane, lanes3, history2)]
+    assert Counter(first + second + rest) == every_sample(ms, passes)
+    for d in range(len(ms)):  # the rest is shared fairly among the new lanes
+        shares = [sum(1 for p in lane_stream_h(ws, lane, lanes3, history2) if p[0] == d)
+                  for lane in range(lanes3)]  # fmt: skip
+        assert max(shares) - min(shares) <= 1
+
+
+def lane_stream_h(
+    ws: StaticMixtureWorkSource, lane: int, lanes: int, history: list[dict]
+) -> list[Pointer]:
+    out: list[Pointer] = []
+    for c in ws.chunks(lane, lanes, history=history):
+        out.extend(zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(), strict=True))
+    return out
+
+
+@SETTINGS
+@given(datasets(max_datasets=3, max_samples=500), st.integers(1, 6), st.integers(1, 6),
+       st.data(), shuffles)  # fmt: skip
+def test_relaning_an_infinite_curriculum_finishes_the_passes_reached(
+    ms: list[Manifest], lanes: int, lanes2: int, data: st.DataObject, shuffle: str
+) -> None:
+    ws = StaticMixtureWorkSource(ms, shuffle=shuffle, stop_after_passes=None, chunk_size=32)
+    horizon = sum(m.num_samples for m in ms) * 2 // lanes + 1
+    cuts = [data.draw(st.integers(0, horizon)) for _ in range(lanes)]
+    first, drawn = cut_streams(ws, lanes, cuts)
+    history = ws.relane(lanes, [], drawn, lanes2)
+    splits = ws.splits(lanes2, history)
+    for d, m in enumerate(ms):
+        reached = splits[d].cutoff + 1  # passes the old lanes had started
+        rest: list[Pointer] = []
+        for lane in range(lanes2):
+            share = splits[d]._rest_share(lane)  # type: ignore[attr-defined]
+            mine = [p for p in lane_stream_prefix(ws, lane, lanes2, history, d, share)]
+            rest.extend(mine)
+        got = Counter(p for p in first + rest if p[0] == d)
+        assert got == every_sample([m], reached).__class__(
+            {(d, s, i): reached for (_, s, i) in every_sample([m])}
+        )
+
+
+def lane_stream_prefix(
+    ws: StaticMixtureWorkSource, lane: int, lanes: int, history: list[dict], d: int, n: int
+) -> list[Pointer]:
+    """The first ``n`` draws of dataset ``d`` in a lane's (infinite) stream."""
+    out: list[Pointer] = []
+    if n == 0:
+        return out
+    for c in ws.chunks(lane, lanes, history=history):
+        out.extend(p for p in zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(),
+                                  strict=True) if p[0] == d)  # fmt: skip
+        if len(out) >= n:
+            return out[:n]
+    return out

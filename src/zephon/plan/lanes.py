@@ -106,6 +106,15 @@ class LaneSplit:
         extra = np.where(p * f.r > u, (p * f.r - 1 - u) // self.lanes + 1, 0)
         return np.asarray(p * a + extra)
 
+    @property
+    def cutoff(self) -> int:
+        """The last pass a re-laning generation had taken over (none: ``-1``)."""
+        return -1
+
+    def drawn_before(self, lane: int, p: int) -> int:
+        """Draws lane ``lane`` gets in the whole passes before pass ``p``."""
+        return int(self._before(lane, np.array([p]))[0])
+
     def share(self, lane: int, p: int) -> int:
         """Draws lane ``lane`` gets in pass ``p``."""
         return int(self._before(lane, np.array([p + 1]))[0] - self._before(lane, np.array([p]))[0])

@@ -15,11 +15,11 @@ import numpy as np
 
 from zephon.arrays import distinct
 from zephon.plan.coalesce import PlannedReads, coalesce_chunks
-from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
 if TYPE_CHECKING:
+    from zephon.plan.relane import Draws
     from zephon.plan.worksource import StaticMixtureWorkSource
 
 __all__ = ["LanePlanner", "WorkChunk"]
@@ -70,7 +70,7 @@ class LanePlanner:
     """Plans lane ``lane`` of a work source whose datasets are split by ``splits``."""
 
     def __init__(
-        self, source: StaticMixtureWorkSource, lane: int, splits: Sequence[LaneSplit],
+        self, source: StaticMixtureWorkSource, lane: int, splits: Sequence[Draws],
         chunks_at_once: int | None = None,
     ) -> None:  # fmt: skip
         self.source = source
@@ -167,7 +167,7 @@ class LanePlanner:
         src = self.source
         passes, ranks = self.splits[d].ranks(self.lane, first + np.arange(n, dtype=np.int64))
         order = src.orders[d]
-        if n == 0 or passes[0] == passes[-1]:
+        if n == 0 or (passes[0] == passes[-1] and (passes == passes[0]).all()):
             return order.locate(src.exhaustion.pass_key(d, int(passes[0]) if n else 0), ranks)
         shards = np.empty(n, np.int64)
         samples = np.empty(n, np.int64)

@@ -18,6 +18,7 @@ from zephon.plan.manifest import Manifest
 from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
 from zephon.plan.order import SHUFFLES, DatasetOrder
 from zephon.plan.planner import LanePlanner, WorkChunk
+from zephon.plan.relane import Draws, Relaned
 from zephon.plan.runs import default_run, probe_sample_bytes
 from zephon.refs import Cursor, RangeRequest
 
@@ -284,23 +285,47 @@ class StaticMixtureWorkSource:
         assert self._ends is not True
         return self._ends
 
-    def splits(self, lanes: int) -> list[LaneSplit]:
+    def splits(self, lanes: int, history: Sequence[Mapping[str, Any]] = ()) -> list[Draws]:
         """How each dataset's draws are dealt to ``lanes`` lanes: fairly, with the longer
-        pieces of each dataset starting where the previous dataset's ended."""
+        pieces of each dataset starting where the previous dataset's ended. ``history``
+        lists the re-laning generations since the start (see :mod:`zephon.plan.relane`):
+        ``{"from_lanes", "lanes", "cuts"}``, cuts per dataset per old lane."""
         ends = self.end_counts()
-        out: list[LaneSplit] = []
-        offset = 0
+        first = int(history[0]["from_lanes"]) if history else lanes
+        out: list[Draws] = []
+        offset = 0  # each generation's staircase runs over the datasets in order
         for d, m in enumerate(self.manifests):
-            split = LaneSplit.of(m.num_samples, lanes, self.chunk_size, offset,
-                                 None if ends is None else ends[d])  # fmt: skip
-            out.append(split)
-            offset += split.extras()
+            out.append(LaneSplit.of(m.num_samples, first, self.chunk_size, offset,
+                                    None if ends is None else ends[d]))  # fmt: skip
+            offset += out[-1].extras()
+        for gen in history:
+            offset = 0
+            for d, m in enumerate(self.manifests):
+                out[d] = Relaned(out[d], [int(c) for c in gen["cuts"][d]], int(gen["lanes"]),
+                                 self.chunk_size, m.num_samples, offset, ends is None)  # fmt: skip
+                offset += out[d].extras()
+        if out[0].lanes != lanes:
+            raise StateMismatch(f"the re-laning history ends at {out[0].lanes} lanes, not {lanes}")
         return out
 
+    def relane(
+        self, lanes: int, history: Sequence[Mapping[str, Any]], cuts: Sequence[Sequence[int]],
+        new_lanes: int,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """``history`` with one more generation: ``lanes`` lanes that had made ``cuts[lane]``
+        draws of each dataset, dealt to ``new_lanes`` lanes."""
+        if len(cuts) != lanes or any(len(c) != len(self.manifests) for c in cuts):
+            raise StateMismatch(f"re-laning needs the draws of all {lanes} lanes")
+        by_dataset = [[int(cuts[i][d]) for i in range(lanes)] for d in range(len(self.manifests))]
+        return [*(dict(g) for g in history),
+                {"from_lanes": lanes, "lanes": new_lanes, "cuts": by_dataset}]  # fmt: skip
+
     def chunks(
-        self, lane: int = 0, lanes: int = 1, start: Cursor | None = None
-    ) -> Iterator[WorkChunk]:
-        """Plan lane ``lane`` of ``lanes`` chunk by chunk from ``start`` (default: the start).
+        self, lane: int = 0, lanes: int = 1, start: Cursor | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
+    ) -> Iterator[WorkChunk]:  # fmt: skip
+        """Plan lane ``lane`` of ``lanes`` chunk by chunk from ``start`` (default: the start),
+        after the re-laning ``history`` (default: none).
 
         A pure, synchronous generator: the same arguments give the same chunks.
         """
@@ -309,15 +334,17 @@ class StaticMixtureWorkSource:
         cursor = start or self.start(lane)
         if cursor.lane != lane:
             raise ConfigError(f"cursor is for lane {cursor.lane}, not {lane}")
-        return LanePlanner(self, lane, self.splits(lanes)).chunks(cursor)
+        return LanePlanner(self, lane, self.splits(lanes, history)).chunks(cursor)
 
     async def requests(
-        self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None
-    ) -> AsyncIterator[RangeRequest]:
+        self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
+    ) -> AsyncIterator[RangeRequest]:  # fmt: skip
         """Range requests of lane ``lane`` of ``lanes`` in curriculum order.
 
         With ``resume`` (a :meth:`state` dict), continues after the pointers it records as
-        delivered. Planning is synchronous and cheap; control returns to the event loop once
+        delivered; ``history`` is the re-laning history (:meth:`splits`). Planning is
+        synchronous and cheap; control returns to the event loop once
         a millisecond of it has run (about eight chunks), so the other stages stay responsive
         while the requests run as far ahead as the consumer of this iterator lets them.
         """
@@ -325,7 +352,7 @@ class StaticMixtureWorkSource:
         if resume is not None:
             start, skip = self.check_state(resume, lanes)
         since = time.perf_counter()
-        for chunk in self.chunks(lane, lanes, start):
+        for chunk in self.chunks(lane, lanes, start, history):
             for request in chunk.requests:
                 if skip and request.slots[0] < skip:
                     kept = request.slots >= skip
