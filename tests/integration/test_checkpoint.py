@@ -201,8 +201,7 @@ def test_restoring_into_a_different_pipeline_says_what_differs(datasets: list[Da
     it.close()
     with pytest.raises(StateMismatch, match="ops"):
         build(datasets, "plain", "block", 2).restore(state)
-    with pytest.raises(StateMismatch, match="lanes"):
-        build(datasets, "batch", "block", 4).restore(state)
+    build(datasets, "batch", "block", 4).restore(state)  # another lane count: re-laned
     with pytest.raises(StateMismatch, match="shuffle"):
         build(datasets, "batch", "global", 2).restore(state)
     other = StaticMixtureWorkSource(datasets, {"a": 0.6, "b": 0.4}, seed=6, shuffle="block",

@@ -8,7 +8,7 @@ from collections import Counter
 from fractions import Fraction
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.property.test_planner import in_memory
@@ -313,3 +313,32 @@ def lane_stream_prefix(
         if len(out) >= n:
             return out[:n]
     return out
+
+
+@SETTINGS
+@given(datasets(max_samples=400), st.lists(st.integers(1, 9), min_size=5, max_size=5),
+       st.booleans(), policies, st.sampled_from([1, 2, None]), st.integers(1, 12),
+       st.integers(0, 11), st.floats(0, 1))  # fmt: skip
+@example([small("a", [317]), small("b", [5]), small("c", [399])], [1] * 5, False, "repeat", 1,
+         6, 4, 0.5)  # fmt: skip
+def test_planning_from_any_cursor_continues_the_same_chunks(
+    ms: list[Manifest], raw: list[int], weighted: bool, policy: str, passes: int | None,
+    lanes: int, lane: int, where: float,
+) -> None:  # fmt: skip
+    mixture = {m.name: raw[d] for d, m in enumerate(ms)} if weighted else None
+    ws = StaticMixtureWorkSource(ms, mixture, exhausted_policy=policy, stop_after_passes=passes,
+                                 chunk_size=32)  # fmt: skip
+    lane %= lanes
+    chunks = []
+    for c in ws.chunks(lane, lanes):
+        chunks.append(c)
+        if len(chunks) > 60:
+            break
+    if not chunks:
+        return
+    j = min(len(chunks) - 1, int(where * len(chunks)))
+    again = ws.chunks(lane, lanes, chunks[j].cursor)
+    for expected_chunk, chunk in zip(chunks[j:], again, strict=False):
+        assert chunk.cursor == expected_chunk.cursor
+        assert chunk.datasets.tolist() == expected_chunk.datasets.tolist()
+        assert chunk.samples.tolist() == expected_chunk.samples.tolist()

@@ -70,13 +70,15 @@ class Resources:
 
 def build_lane(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
-    resume: dict[str, Any] | None,
+    resume: dict[str, Any] | None, history: list[Any],
 ) -> Channel[Block]:  # fmt: skip
     """Start every stage of ``lane`` in ``tg``; returns the channel of its output blocks.
-    ``resume`` is the lane's entry of a restored checkpoint (planner state and mark)."""
+    ``resume`` is the lane's entry of a restored checkpoint (planner state and mark);
+    ``history`` the curriculum's re-laning generations."""
     requests = spec.source.requests(
-        lane, spec.lanes, resume=resume["state"] if resume is not None else None
-    )
+        lane, spec.lanes, resume=resume["state"] if resume is not None else None,
+        history=history,
+    )  # fmt: skip
     fetched = _fetch(tg, spec, res, lane, requests)
     decoded = _decode(tg, spec, res, lane, fetched)
     current: Channel[Block] = Channel(LANE_CHANNEL)

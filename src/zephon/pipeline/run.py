@@ -94,8 +94,8 @@ class Run:
                 self.output.close(exc)
                 return
             async with asyncio.TaskGroup() as tg:
-                outs = [build_lane(tg, spec, res, lane, self.resume.lanes.get(lane))
-                        for lane in spec.my_lanes]  # fmt: skip
+                outs = [build_lane(tg, spec, res, lane, self.resume.lanes.get(lane),
+                                   self.resume.history) for lane in spec.my_lanes]  # fmt: skip
                 first, ended = merge_start(spec, self.received)
                 stats = res.stats("merge")
                 body = merge_lanes(outs, self.output, stats, spec.deterministic, first, ended,

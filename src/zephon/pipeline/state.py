@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.block import Block, Mark
 from zephon.pipeline.spec import PipelineSpec
@@ -67,7 +69,7 @@ class Received:
             for lane, (n, mark) in block.progress(self.settled, self.taken).items():
                 self.position[lane] = mark
                 self.items[lane] = self.items.get(lane, 0) + n
-        self.ended = block.extra.get("ended", self.ended)
+        self.ended = self.ended | block.extra.get("ended", frozenset())
         self.settled = self.taken
 
 
@@ -79,6 +81,7 @@ class Resume:
     lanes: dict[int, dict[str, Any]] = field(default_factory=dict)
     items: dict[int, int] = field(default_factory=dict)
     ended: frozenset[int] = frozenset()
+    history: list[dict[str, Any]] = field(default_factory=list)  # re-laning generations
 
     def received(self) -> Received:
         """A consumer state that continues the checkpoint's counts."""
@@ -101,7 +104,10 @@ def checkpoint(spec: PipelineSpec, received: Received, resume: Resume) -> dict[s
         elif lane in resume.lanes:
             entry.update({k: resume.lanes[lane][k] for k in ("cursor", "delivered", "ops")})
         lanes[str(lane)] = entry
-    return {"zephon_checkpoint": CHECKPOINT_VERSION, **spec.identity(), "lane_states": lanes}
+    out = {"zephon_checkpoint": CHECKPOINT_VERSION, **spec.identity(), "lane_states": lanes}
+    if resume.history:
+        out["history"] = resume.history
+    return out
 
 
 def merge_checkpoints(states: list[dict[str, Any]]) -> dict[str, Any]:
@@ -125,10 +131,14 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
         raise StateMismatch("not a Zephon pipeline checkpoint")
     ours = spec.identity()
     diffs = [f"{key}: checkpoint has {state.get(key)!r}, this pipeline has {ours[key]!r}"
-             for key in ("lanes", "ops", "on_error") if state.get(key) != ours[key]]  # fmt: skip
+             for key in ("ops", "on_error") if state.get(key) != ours[key]]  # fmt: skip
     if diffs:
         raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
+    _adopt_ratios(spec, state.get("source"))
     lane_states = state.get("lane_states", {})
+    history = list(state.get("history", []))
+    if state.get("lanes") != spec.lanes:
+        return _relane(spec, state, history)
     missing = [lane for lane in spec.my_lanes if str(lane) not in lane_states]
     if missing:
         raise StateMismatch(
@@ -136,8 +146,7 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
             f"owns (it holds lanes {sorted(int(k) for k in lane_states)}): restore the "
             "checkpoints of every rank joined with Pipeline.merge_checkpoints"
         )
-    _adopt_ratios(spec, state.get("source"))
-    resume = Resume()
+    resume = Resume(history=history)
     ended: set[int] = set()
     for lane in spec.my_lanes:
         entry = lane_states[str(lane)]
@@ -167,6 +176,56 @@ def _lane_resume(
         raise StateMismatch("checkpoint's operator states do not match the chain")
     return {"cursor": entry.get("cursor"), "delivered": entry["delivered"], "ops": list(ops),
             "state": lane_state, "mark": (lane, cursor, int(entry["delivered"]), ops)}  # fmt: skip
+
+
+def _relane(spec: PipelineSpec, state: dict[str, Any], history: list[Any]) -> Resume:
+    """A checkpoint of another lane count: what every old lane had drawn becomes a new
+    generation of the curriculum (:mod:`zephon.plan.relane`), dealt to this pipeline's lanes;
+    they start afresh on it. Needs every old lane's entry, each at a point where no operator
+    holds items (a shuffle window or pack row in progress cannot be handed over yet)."""
+    source = spec.source
+    old = int(state["lanes"])
+    if state.get("source") != source.describe():
+        source.check_state(
+            {
+                "describe": state.get("source"),
+                "cursor": source.start(0).to_dict(),
+                "delivered": 0,
+                "lanes": old,
+            },
+            old,
+        )  # raises, naming what differs
+    entries = state.get("lane_states", {})
+    missing = [lane for lane in range(old) if str(lane) not in entries]
+    if missing:
+        raise StateMismatch(
+            f"restoring a {old}-lane checkpoint into {spec.lanes} lanes needs every old lane, "
+            f"and lanes {missing} are missing: join every rank's checkpoint with "
+            "Pipeline.merge_checkpoints"
+        )
+    busy = [lane for lane in range(old)
+            if any(op != 0 for op in entries[str(lane)].get("ops", ()))]  # fmt: skip
+    if busy:
+        raise StateMismatch(
+            f"cannot restore a {old}-lane checkpoint into {spec.lanes} lanes: lanes {busy} "
+            "were inside a shuffle window, pack row or stateful apply() when it was taken "
+            f"(their items cannot be handed over yet); restore it with lanes={old}"
+        )
+    splits = source.splits(old, history)
+    cuts = []
+    for lane in range(old):
+        entry = entries[str(lane)]
+        if entry.get("ended"):
+            cuts.append([split.quota(lane) or 0 for split in splits])
+        elif entry.get("cursor"):
+            cursor = Cursor.from_dict(entry["cursor"])
+            chunk = next(source.chunks(lane, old, cursor, history))
+            taken = np.bincount(chunk.datasets[: int(entry["delivered"])],
+                                minlength=len(splits))  # fmt: skip
+            cuts.append([int(c) for c in np.asarray(cursor.counts) + taken])
+        else:
+            cuts.append([0] * len(splits))
+    return Resume(history=source.relane(old, history, cuts, spec.lanes))
 
 
 def _adopt_ratios(spec: PipelineSpec, theirs: Any) -> None:

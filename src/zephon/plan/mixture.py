@@ -74,6 +74,15 @@ class SampleSchedule:
                 live.remove(best)
         return out
 
+    def _on_table(self, t: int, counts: Sequence[int], caps: Sequence[int | None]) -> bool:
+        """Whether ``counts`` are the uncapped schedule's after ``t`` picks: always while no
+        dataset has reached its cap; once one has, the capped schedule may have left it."""
+        if all(c is None or n < c for n, c in zip(counts, caps, strict=True)):
+            return True
+        assert self._table is not None
+        head = np.bincount(self._table[: t % self.Q], minlength=len(self.q))
+        return bool(((t // self.Q) * np.array(self.q) + head == np.array(counts)).all())
+
     def picks(
         self, counts: Sequence[int], n: int, caps: Sequence[int | None] | None = None
     ) -> np.ndarray:
@@ -84,7 +93,7 @@ class SampleSchedule:
         (datasets with a cap of ``None`` never are).
         """
         t = sum(counts)
-        if self._table is None:
+        if self._table is None or (caps is not None and not self._on_table(t, counts, caps)):
             return np.array(self._greedy(t, list(counts), n, caps), dtype=np.int64)
         out = self._table[(t + np.arange(n)) % self.Q]
         if caps is None:
