@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--passes", type=int, default=3, help="timed passes per child")
     parser.add_argument("--pointers", type=int, default=1_000_000, help="planner pointers")
+    parser.add_argument("--cases", default=None, help="comma-separated subset of the cases")
     parser.add_argument("--child", nargs=2, default=None, metavar=("CASE", "ENDPOINT"))
     args = parser.parse_args()
     if args.child:
@@ -132,9 +133,19 @@ def main() -> None:
                 mode, _, mix = case.partition("+")
                 return [*cmd, mode] + (["--mix"] if mix else [])
 
-            compare(trees, PLANNER_CASES, planner, args.rounds)
+            compare(trees, _subset(PLANNER_CASES, args.cases), planner, args.rounds)
             return
         pipeline_suite(trees, args)
+
+
+def _subset(cases: list[str], chosen: str | None) -> list[str]:
+    if chosen is None:
+        return cases
+    wanted = chosen.split(",")
+    unknown = sorted(set(wanted) - set(cases))
+    if unknown:
+        raise SystemExit(f"unknown cases {unknown}; choose from {cases}")
+    return wanted
 
 
 def pipeline_suite(trees: dict[str, Path], args: argparse.Namespace) -> None:
@@ -156,7 +167,7 @@ def pipeline_suite(trees: dict[str, Path], args: argparse.Namespace) -> None:
         def command(case: str) -> list[str]:
             return [me, "--passes", str(args.passes), "--child", case, endpoint.endpoint_url]
 
-        compare(trees, PIPELINE_CASES, command, args.rounds)
+        compare(trees, _subset(PIPELINE_CASES, args.cases), command, args.rounds)
 
 
 if __name__ == "__main__":

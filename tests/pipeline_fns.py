@@ -66,3 +66,15 @@ class Delay:
                 yield self._out()
         while self.held:
             yield self._out()
+
+
+def interrupt_on_13(sample: dict[str, Any]) -> dict[str, Any]:
+    if sample["id"] == 13:
+        raise KeyboardInterrupt
+    return sample
+
+
+def exit_on_13(sample: dict[str, Any]) -> dict[str, Any]:
+    if sample["id"] == 13:
+        raise SystemExit(7)
+    return sample

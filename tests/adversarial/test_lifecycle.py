@@ -74,3 +74,32 @@ def test_a_script_with_a_live_pipeline_exits_promptly(
     if message is not None:
         assert message in out.stderr
     assert "Unclosed" not in out.stderr and "Task was destroyed" not in out.stderr, out.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("processes", [0, 2])
+@pytest.mark.parametrize("fn,kind", [("interrupt_on_13", KeyboardInterrupt),
+                                     ("exit_on_13", SystemExit)])  # fmt: skip
+def test_a_base_exception_in_a_user_function_reaches_the_consumer(
+    fn: str, kind: type[BaseException], processes: int
+) -> None:
+    import asyncio
+
+    from tests import pipeline_fns as fns
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    ds = Dataset.from_records("b", [{"id": i} for i in range(200)], samples_per_shard=50)
+
+    def build() -> Pipeline:
+        ws = StaticMixtureWorkSource([ds], shuffle="none")
+        return Pipeline(ws, rank=0, world_size=1, lanes=2).map(getattr(fns, fn), processes)
+
+    with pytest.raises(kind):  # sync: the loop thread must not die with it
+        list(build())
+
+    async def consume() -> None:
+        async for _ in build():
+            pass
+
+    with pytest.raises(kind):
+        asyncio.run(consume())

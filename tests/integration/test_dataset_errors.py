@@ -220,3 +220,43 @@ def test_cli_index_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "format    jsonl" in out and "samples   171" in out and "[1] {'id': 1" in out
     assert main(["inspect", str(tmp_path / "missing")]) == 1
     assert "NotFound" in capsys.readouterr().err
+
+
+def test_cli_version_and_bad_storage_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zephon
+    from zephon.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"zephon {zephon.__version__}"
+    with pytest.raises(SystemExit, match="--storage-options is not valid JSON"):
+        main(["inspect", str(tmp_path), "--storage-options", "{endpoint: x"])
+
+
+def _corrupt_streams() -> dict[str, bytes]:
+    import zstandard
+
+    lines = b"".join(b'{"i": %d, "pad": "%s"}\n' % (i, b"x" * 40) for i in range(3000))
+    gz = bytearray(gzip.compress(lines))
+    gz[len(gz) // 2] ^= 0xFF
+    zst = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(lines))  # as the CLI
+    for at in range(len(zst) // 3, len(zst) // 3 + 16):
+        zst[at] ^= 0x5A
+    return {"flipped.jsonl.gz": bytes(gz), "flipped.jsonl.zst": bytes(zst),
+            "plain.jsonl.gz": lines}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(_corrupt_streams()))
+def test_corrupt_compressed_jsonl_is_a_format_error_naming_the_shard(
+    tmp_path: Path, name: str
+) -> None:
+    (tmp_path / name).write_bytes(_corrupt_streams()[name])
+    with pytest.raises(FormatError) as info:  # never an ExceptionGroup
+        # zstd frames carry no checksum by default: flipped bytes may decode to garbage,
+        # caught when the garbage is parsed
+        ds = Dataset.from_path("z", str(tmp_path), index_cache=False)
+        ds.head(ds.num_samples)
+    assert name in str(info.value) and "'z'" in str(info.value)

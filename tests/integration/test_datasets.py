@@ -173,3 +173,15 @@ async def test_persistent_index_replaces_the_scan(location: Location, tmp_path: 
     assert again.shards == first.shards
     assert await read_all(again) == await read_all(first)
     assert all(PERSISTENT_INDEX_NAME not in s.uri for s in again.shards)
+
+
+async def test_gcs_scheme_spelling_finds_the_same_shards(
+    gcs_emulator: GCSEmulator, gcs_bucket: str, tmp_path: Path
+) -> None:
+    expected = write_jsonl(tmp_path / "src")
+    options = {"endpoint_url": gcs_emulator.url}
+    await _upload(f"gs://{gcs_bucket}/data/", options, tmp_path / "src")
+    spelled = await Dataset.afrom_path("g", f"gcs://{gcs_bucket}/data/", storage_options=options)
+    plain = await Dataset.afrom_path("g", f"gs://{gcs_bucket}/data/", storage_options=options)
+    assert [s.uri for s in spelled.shards] == [s.uri for s in plain.shards]
+    assert await read_all(spelled) == expected

@@ -13,14 +13,20 @@ __all__ = ["main"]
 def _options(text: str | None) -> dict[str, object]:
     if not text:
         return {}
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"zephon: --storage-options is not valid JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise SystemExit("--storage-options must be a JSON object")
+        raise SystemExit("zephon: --storage-options must be a JSON object")
     return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from zephon import __version__
+
     parser = argparse.ArgumentParser(prog="zephon", description="Zephon data loader tools")
+    parser.add_argument("--version", action="version", version=f"zephon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def dataset_args(p: argparse.ArgumentParser) -> None:

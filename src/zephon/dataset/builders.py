@@ -32,18 +32,33 @@ async def scan_object(
         stop = min(start + SCAN_CHUNK_BYTES, info.size_bytes)
         return tg.create_task(storage.read(info.uri, start, stop, version=info.version))
 
-    async with asyncio.TaskGroup() as tg:
-        pending: deque[asyncio.Task[bytes]] = deque()
-        for start in starts:
-            pending.append(read(start))
-            if len(pending) == _SCAN_WINDOW:
-                break
-        while pending:
-            data = await pending.popleft()
-            following = next(starts, None)
-            if following is not None:
-                pending.append(read(following))
-            feed(data)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            pending: deque[asyncio.Task[bytes]] = deque()
+            for start in starts:
+                pending.append(read(start))
+                if len(pending) == _SCAN_WINDOW:
+                    break
+            while pending:
+                data = await pending.popleft()
+                following = next(starts, None)
+                if following is not None:
+                    pending.append(read(following))
+                feed(data)
+    except BaseExceptionGroup as group:  # the one failure that stopped the scan, never a group
+        raise _root(group) from None
+
+
+def _root(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first exception in ``group`` that is not a cancellation."""
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        elif not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group
 
 
 async def build_jsonl(

@@ -31,7 +31,7 @@ from zephon.formats.parquet import ParquetCodec
 from zephon.formats.webdataset import WebDatasetCodec
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage
-from zephon.storage.uri import scheme_of
+from zephon.storage.uri import canonical, scheme_of
 
 __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
 
@@ -107,6 +107,7 @@ class _Context:
 
 
 def _absolute(path: str) -> str:
+    path = canonical(path)  # listings spell gcs:// as gs://
     if scheme_of(path) == "file":
         local = path[len("file://") :] if path.startswith("file://") else path
         absolute = os.path.abspath(local)

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Channel", "ChannelClosed", "closing"]
+__all__ = ["Channel", "ChannelClosed", "Escaped", "carry", "closing"]
 
 T = TypeVar("T")
 
@@ -53,9 +53,12 @@ class Channel(Generic[T]):
         self._readable.set()
 
     def close(self, error: BaseException | None = None) -> None:
+        """End the channel; readers get ``error`` (if any) once the items are drained. A
+        ``KeyboardInterrupt`` or ``SystemExit`` is carried as :class:`Escaped`, so that no
+        reader lets it escape an event loop."""
         if not self._closed:
             self._closed = True
-            self._error = error
+            self._error = carry(error) if error is not None else None
         self._readable.set()
         self._writable.set()
 
@@ -77,6 +80,22 @@ class Channel(Generic[T]):
 
     async def __anext__(self) -> T:
         return await self.receive()
+
+
+class Escaped(Exception):
+    """A ``KeyboardInterrupt`` or ``SystemExit`` raised by user code inside a stage, carried
+    as an ordinary exception to the consumer, who raises ``original`` again. Left as is, it
+    would escape the event loop and kill the loop's thread, and the consumer would wait
+    forever."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(f"{type(original).__name__} in a pipeline stage")
+        self.original = original
+
+
+def carry(exc: BaseException) -> BaseException:
+    """``exc``, or an :class:`Escaped` carrying it if it would stop an event loop."""
+    return Escaped(exc) if isinstance(exc, KeyboardInterrupt | SystemExit) else exc
 
 
 @contextlib.contextmanager

@@ -13,10 +13,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from zephon.engine.channel import Channel, closing
+from zephon.engine.channel import Channel, Escaped, carry, closing
 from zephon.engine.stats import StageStats
 
-__all__ = ["first_error", "ordered", "stage", "timed_receive", "timed_send"]
+__all__ = ["Escaped", "first_error", "ordered", "stage", "timed_receive", "timed_send"]
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -47,6 +47,8 @@ async def stage(name: str, stats: StageStats, body: Coroutine[Any, Any, None]) -
     except Exception as exc:
         _name_stage(exc, name)
         raise
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise carry(exc) from exc
     finally:
         stats.finish()
 
@@ -127,3 +129,5 @@ async def _call(fn: Callable[[A], Awaitable[B]], item: A, name: str) -> B:
     except Exception as exc:
         _name_stage(exc, name)
         raise
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise carry(exc) from exc

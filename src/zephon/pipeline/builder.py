@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from functools import partial
 from typing import Any
 
+from zephon.engine.runner import Escaped
 from zephon.errors import ConfigError
 from zephon.ops.block import Block
 from zephon.pipeline import state
@@ -319,10 +320,13 @@ class Pipeline:
         return self._received.open(block, items)
 
     async def _aiter(self, progress: bool) -> AsyncIterator[Any]:
-        async with contextlib.aclosing(self._blocks(progress)) as blocks:
-            async for block in blocks:
-                for item in self._open(block):
-                    yield item  # the checkpoint is what the consumer has received
+        try:
+            async with contextlib.aclosing(self._blocks(progress)) as blocks:
+                async for block in blocks:
+                    for item in self._open(block):
+                        yield item  # the checkpoint is what the consumer has received
+        except Escaped as exc:  # a user function's KeyboardInterrupt or SystemExit
+            raise exc.original from None
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._aiter(progress=False)
@@ -342,6 +346,8 @@ class Pipeline:
         try:
             for block in bridge:
                 yield from self._open(block)
+        except Escaped as exc:  # a user function's KeyboardInterrupt or SystemExit
+            raise exc.original from None
         finally:
             bridge.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zephon.errors import ConfigError
 
-__all__ = ["scheme_of", "split_bucket_key"]
+__all__ = ["canonical", "scheme_of", "split_bucket_key"]
 
 
 def scheme_of(uri: str) -> str:
@@ -14,6 +14,12 @@ def scheme_of(uri: str) -> str:
         return "file"
     scheme = head.lower()
     return "gs" if scheme == "gcs" else scheme
+
+
+def canonical(uri: str) -> str:
+    """The URI as listings spell it: ``gcs://`` becomes ``gs://`` (both name GCS)."""
+    head, sep, rest = uri.partition("://")
+    return f"gs://{rest}" if sep and head.lower() == "gcs" else uri
 
 
 def split_bucket_key(uri: str) -> tuple[str, str]:
