@@ -260,3 +260,29 @@ def test_corrupt_compressed_jsonl_is_a_format_error_naming_the_shard(
         ds = Dataset.from_path("z", str(tmp_path), index_cache=False)
         ds.head(ds.num_samples)
     assert name in str(info.value) and "'z'" in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", [None, "jsonl"])
+def test_sidecar_files_beside_jsonl_shards_are_not_shards(tmp_path: Path, fmt: str | None) -> None:
+    write_jsonl(tmp_path / "d", shards=2)
+    d = tmp_path / "d"
+    shards = sorted(p.name for p in d.iterdir())
+    # another tool's index listing the shards, HF and Spark side files, checksums
+    (d / "index.json").write_text(json.dumps({"shards": shards, "format": "jsonl"}))
+    (d / "dataset_info.json").write_text(json.dumps({"features": {"id": "int64"}}))
+    (d / "_SUCCESS").write_text("")
+    (d / ".part-0.jsonl.crc").write_bytes(b"\x00crc")
+    (d / "part-0.jsonl.crc").write_bytes(b"\x00crc")
+    ds = Dataset.from_path("side", str(d), format=fmt, index_cache=False)
+    assert ds.format == "jsonl"
+    assert [s.uri.rsplit("/", 1)[1] for s in ds.shards] == shards
+    plain = Dataset.from_path("plain", [str(d / s) for s in shards], index_cache=False)
+    assert ds.num_samples == plain.num_samples
+
+
+@pytest.mark.parametrize("sidecar", ["index.json", "dataset_info.json"])
+def test_sidecar_beside_parquet_shards(tmp_path: Path, sidecar: str) -> None:
+    write_parquet(tmp_path / "p")
+    (tmp_path / "p" / sidecar).write_text(json.dumps({"shards": ["x"], "version": None}))
+    ds = Dataset.from_path("pq", str(tmp_path / "p"), index_cache=False)
+    assert ds.format == "parquet" and all(s.uri.endswith(".parquet") for s in ds.shards)

@@ -4,6 +4,7 @@ format's own reader returns."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import shutil
 from collections.abc import Awaitable, Callable
@@ -185,3 +186,28 @@ async def test_gcs_scheme_spelling_finds_the_same_shards(
     plain = await Dataset.afrom_path("g", f"gs://{gcs_bucket}/data/", storage_options=options)
     assert [s.uri for s in spelled.shards] == [s.uri for s in plain.shards]
     assert await read_all(spelled) == expected
+
+
+async def test_columns_project_on_the_first_discovery_and_name_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    from zephon.errors import ConfigError, FormatError
+
+    rng = random.Random(4)
+    rows = [{"id": i, "text": rng.randbytes(1500).hex()} for i in range(256)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "wide.parquet", row_group_size=64)
+    narrow = await Dataset.afrom_path("ids", str(tmp_path), columns=["id"], index_cache=False)
+    async with narrow.open_storage() as storage:  # a fresh index, never cached: still narrow
+        got = await narrow.aread(storage, 0, [0, 1, 200])
+        assert storage.stats.bytes_read * 20 < (tmp_path / "wide.parquet").stat().st_size
+    assert got == [{"id": 0}, {"id": 1}, {"id": 200}]
+    with pytest.raises(ConfigError, match=r"\['nope'\] not in the file.*wide.parquet"):
+        await Dataset.afrom_path("bad", str(tmp_path), columns=["id", "nope"], index_cache=False)
+    lines = tmp_path / "j"
+    lines.mkdir()
+    (lines / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:10]))
+    ds = await Dataset.afrom_path("j", str(lines), columns=["id"])
+    assert await ds.ahead(3) == [{"id": 0}, {"id": 1}, {"id": 2}]  # JSONL projects too
+    missing = await Dataset.afrom_path("j", str(lines), columns=["id", "nope"])
+    with pytest.raises(FormatError, match=r"sample 0.*lacks columns \['nope'\]|lacks columns"):
+        await missing.ahead(1)

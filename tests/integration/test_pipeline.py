@@ -300,3 +300,22 @@ def test_configuration_errors(toy: Dataset) -> None:
     with pytest.raises(ConfigError, match="rank"):
         Pipeline(ws, rank=2, world_size=2)
     gc.collect()
+
+
+def test_a_function_workers_cannot_receive_is_refused_when_added(toy: Dataset) -> None:
+    pipe = Pipeline(source(toy))
+    with pytest.raises(ConfigError, match=r"cannot be sent to worker processes.*top level"):
+        pipe.map(lambda s: s, processes=2)
+
+    def local(sample: Any) -> bool:
+        return True
+
+    with pytest.raises(ConfigError, match=r"'test_a_function_workers.*local'"):
+        pipe.filter(local, processes=2)
+    pipe.map(lambda s: s)  # in process, anything goes
+
+
+async def test_sync_dataset_calls_work_inside_a_running_loop(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"id": {i}}}\n' for i in range(10)))
+    ds = Dataset.from_path("nb", str(tmp_path))  # as in a notebook cell
+    assert ds.num_samples == 10 and ds.head(2) == [{"id": 0}, {"id": 1}]

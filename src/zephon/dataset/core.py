@@ -6,9 +6,10 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from zephon.dataset.cache import (
     PERSISTENT_INDEX_NAME,
@@ -24,10 +25,23 @@ from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.refs import ShardInfo
 from zephon.storage import ManagedStorage, MemoryStore, RetryPolicy, StorageLimits, open_storage
 
+T = TypeVar("T")
+
 __all__ = ["Dataset"]
 
 AnyIndex = RecordIndex | RowGroupIndex | StreamIndex
 _COALESCE_GAP_BYTES = 64 * 1024
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code: with ``asyncio.run``, or, when this
+    thread already runs an event loop (Jupyter), on a helper thread with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1, thread_name_prefix="zephon-sync") as helper:
+        return helper.submit(asyncio.run, coro).result()
 
 
 class Dataset:
@@ -146,15 +160,12 @@ class Dataset:
         Raises:
             NotFound, AccessDenied: the path, bucket or a shard.
             FormatError: unknown or mixed formats, corrupt footers, headers or indexes.
-            ConfigError: invalid arguments, or called inside a running event loop.
+            ConfigError: invalid arguments.
+
+        Inside a running event loop (a notebook), discovery runs on a helper thread with a
+        loop of its own; from async code, ``await afrom_path(...)`` avoids blocking the loop.
         """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise ConfigError("Dataset.from_path called inside an event loop; use afrom_path")
-        return asyncio.run(
+        return run_sync(
             cls.afrom_path(
                 name,
                 path,
@@ -241,7 +252,7 @@ class Dataset:
 
     def head(self, n: int = 5) -> list[Any]:
         """Sync :meth:`ahead`."""
-        return asyncio.run(self.ahead(n))
+        return run_sync(self.ahead(n))
 
     # -- persistent index ---------------------------------------------------------------
 

@@ -21,13 +21,17 @@ from typing import Any
 
 from zephon.dataset.builders import build_jsonl, build_parquet, build_records, build_tar
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
-from zephon.errors import ConfigError, FormatError, NotFound, StorageError
+from zephon.dataset.names import basename as _basename
+from zephon.dataset.names import format_of, natural_key
+from zephon.dataset.names import not_a_shard as _hidden
+from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
 from zephon.formats import parquet as parquet_format
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.formats.jsonl import JsonlCodec
 from zephon.formats.litdata import LitDataCodec, parse_litdata_index
 from zephon.formats.mds import MdsCodec, parse_mds_index
 from zephon.formats.parquet import ParquetCodec
+from zephon.formats.project import ProjectedCodec
 from zephon.formats.webdataset import WebDatasetCodec
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage
@@ -37,36 +41,8 @@ __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "
 
 FORMATS = ("jsonl", "parquet", "mds", "webdataset", "litdata")
 AnyIndex = RecordIndex | RowGroupIndex | StreamIndex
-_EXTENSIONS = {
-    "jsonl": (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".jsonl.zstd", ".json.zst"),
-    "parquet": (".parquet", ".pq"),
-    "webdataset": (".tar",),
-}
 _GLOB = re.compile(r"[*?\[]")
-_DIGITS = re.compile(r"(\d+)")
 _SHARD_CONCURRENCY = 32
-
-
-def natural_key(uri: str) -> tuple[Any, ...]:
-    """Sort key that orders ``shard-2`` before ``shard-10``."""
-    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(uri))
-
-
-def format_of(uri: str) -> str | None:
-    """The format an object's extension implies, or ``None``."""
-    lower = uri.lower()
-    for name, exts in _EXTENSIONS.items():
-        if lower.endswith(exts):
-            return name
-    return None
-
-
-def _basename(uri: str) -> str:
-    return uri.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _hidden(uri: str, root: str) -> bool:
-    return any(part.startswith((".", "_")) for part in uri[len(root) :].split("/"))
 
 
 @dataclass
@@ -179,18 +155,20 @@ async def _index_for(
         if cached is not None:
             ctx.stats.cache_hits += 1
             return _rebuild_columns(cached, info, ctx)
-    index = await build()
+    index = await build()  # all columns: the cached index serves any projection
     ctx.stats.indexed += 1
     if use_cache:
         assert ctx.cache is not None
         ctx.cache.put(info.uri, info.version, info.size_bytes, kind, index)
-    return index
+    return _rebuild_columns(index, info, ctx)
 
 
 def _rebuild_columns(index: AnyIndex, info: ObjectInfo, ctx: _Context) -> AnyIndex:
-    if isinstance(index, RowGroupIndex):
+    if isinstance(index, RowGroupIndex) and ctx.columns is not None:
         try:
             return parquet_format.index_from_footer(index.footer, info.size_bytes, ctx.columns)
+        except parquet_format.MissingColumns as exc:
+            raise ConfigError(f"dataset {ctx.name!r}: {exc} in {redact_uri(info.uri)}") from None
         except ValueError as exc:
             raise FormatError(str(exc), dataset=ctx.name, uri=info.uri) from None
     return index
@@ -311,15 +289,19 @@ def _detect(
             obj = json.loads(raw_index)
         except ValueError:
             obj = None
-        if isinstance(obj, dict) and "shards" in obj:
+        if isinstance(obj, dict) and isinstance(obj.get("shards"), list) and obj.get("version"):
             return "mds"
         if isinstance(obj, dict) and "chunks" in obj and "config" in obj:
             return "litdata"
-        assert index_json is not None
-        raise FormatError(
-            "index.json is neither an MDS nor a LitData index", dataset=ctx.name, uri=index_json.uri
-        )
+        # Another tool's index beside shards of a format known by extension: not ours.
     found = {format_of(o.uri) for o in objects if not _hidden(o.uri, ctx.root)} - {None}
+    if not found and index_json is not None:
+        raise FormatError(
+            "index.json is neither an MDS nor a LitData index, and no shards of a known "
+            "extension lie beside it",
+            dataset=ctx.name,
+            uri=index_json.uri,
+        )
     if len(found) > 1:
         raise FormatError(
             f"mixed formats {sorted(f for f in found if f)}; pass format= to choose one",
@@ -404,6 +386,8 @@ async def discover(
         ShardInfo(i.uri, idx.num_samples, i.size_bytes, i.version)
         for i, idx in zip(infos, indexes, strict=True)
     ]
+    if ctx.columns is not None and fmt != "parquet":  # Parquet projects while reading
+        codec = ProjectedCodec(codec, ctx.columns)
     stats.requests = storage.stats.requests - before[0]
     stats.bytes_read = storage.stats.bytes_read - before[1]
     stats.seconds = time.perf_counter() - started

@@ -32,7 +32,13 @@ from zephon.formats.blob import Blob
 from zephon.formats.index import RowGroupIndex
 from zephon.refs import ShardInfo
 
-__all__ = ["FOOTER_PROBE_BYTES", "ParquetCodec", "footer_length", "index_from_footer"]
+__all__ = [
+    "FOOTER_PROBE_BYTES",
+    "MissingColumns",
+    "ParquetCodec",
+    "footer_length",
+    "index_from_footer",
+]
 
 FOOTER_PROBE_BYTES = 64 * 1024
 _TABLES_KEEP = 8  # one tail read holds the footer of almost every real file
@@ -124,13 +130,17 @@ def _metadata(footer: bytes, size: int) -> pq.FileMetaData:
     return pq.ParquetFile(pa.BufferReader(_MAGIC + footer)).metadata
 
 
+class MissingColumns(ValueError):
+    """Requested columns that a Parquet file does not have."""
+
+
 def _column_indices(md: pq.FileMetaData, columns: Sequence[str] | None) -> list[int]:
     names = [md.schema.column(c).path.split(".")[0] for c in range(md.num_columns)]
     if columns is None:
         return list(range(md.num_columns))
     missing = sorted(set(columns) - set(names))
     if missing:
-        raise ValueError(f"columns {missing} not in the file (has {sorted(set(names))})")
+        raise MissingColumns(f"columns {missing} not in the file (has {sorted(set(names))})")
     return [c for c, name in enumerate(names) if name in set(columns)]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import pickle
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
@@ -111,6 +112,16 @@ class Pipeline:
             raise ConfigError(f"processes must be >= 0, got {processes}")
         if processes and asyncio.iscoroutinefunction(fn):
             raise ConfigError(f"an async {what} cannot run in the process pool")
+        if processes and fn is not None:
+            try:
+                pickle.dumps(fn)
+            except Exception as exc:
+                name = getattr(fn, "__qualname__", repr(fn))
+                raise ConfigError(
+                    f"{what} {name!r} cannot be sent to worker processes ({exc}): with "
+                    "processes=N it must be picklable, e.g. a function defined at the top level "
+                    "of a module (not a lambda or a nested function), or use processes=0"
+                ) from None
 
     def map(self, fn: Callable[[Any], Any], processes: int = 0) -> Pipeline:
         """``fn(sample) -> sample | None`` (sync or async; ``None`` drops the sample). With
