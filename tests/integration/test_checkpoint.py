@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -255,3 +256,63 @@ def test_elastic_restore_in_separate_processes(tmp_path: Any) -> None:
             state = json.dumps(Pipeline.merge_checkpoints([cp for _, cp in results]))
     assert history[:full_steps] == reference
     assert sorted(b for step in history for b in step) == sorted(b for o in per_lane for b in o)
+
+
+def _local_pipe(root: Path) -> Pipeline:
+    ws = StaticMixtureWorkSource([Dataset.from_path("web", str(root), index_cache=False)],
+                                 shuffle="block", seed=4, chunk_size=32)  # fmt: skip
+    return Pipeline(ws, rank=0, world_size=1, lanes=2).batch(4)
+
+
+def test_the_same_data_at_another_root_restores(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.formatdata import write_jsonl
+
+    write_jsonl(tmp_path / "a", shards=4)
+    full = [key(b) for b in _local_pipe(tmp_path / "a")]
+    pipe = _local_pipe(tmp_path / "a")
+    it = iter(pipe)
+    head = [key(next(it)) for _ in range(7)]
+    it.close()
+    state = json.loads(json.dumps(pipe.checkpoint()))
+    shutil.copytree(tmp_path / "a", tmp_path / "mirror")  # a byte-identical copy elsewhere
+    moved = _local_pipe(tmp_path / "mirror")
+    moved.restore(state)
+    assert head + [key(b) for b in moved] == full
+    # at the same root, a shard rewritten in place (same size and count) is refused
+    shard = sorted((tmp_path / "a").glob("*.jsonl"))[0]
+    data = bytearray(shard.read_bytes())
+    at = data.index(b'"text"')
+    data[at + 9] = ord("Z") if data[at + 9] != ord("Z") else ord("Y")
+    shard.write_bytes(bytes(data))
+    with pytest.raises(StateMismatch, match="changed since the checkpoint"):
+        _local_pipe(tmp_path / "a").restore(state)
+
+
+def test_from_records_checkpoints_restore_in_another_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = """
+import json, sys
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+ds = Dataset.from_records("r", [{"id": i} for i in range(500)], samples_per_shard=64)
+pipe = Pipeline(StaticMixtureWorkSource([ds], seed=2), rank=0, world_size=1, lanes=2)
+if sys.argv[1] == "save":
+    it = iter(pipe)
+    got = [next(it)["id"] for _ in range(123)]
+    it.close()
+    print(json.dumps({"got": got, "state": pipe.checkpoint()}))
+else:
+    saved = json.loads(sys.stdin.read())
+    pipe.restore(saved["state"])
+    print(json.dumps(saved["got"] + [x["id"] for x in pipe]))
+"""
+    root = str(Path(__file__).resolve().parents[2])
+    run = lambda mode, stdin=None: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", script, mode], input=stdin, capture_output=True, text=True,
+        check=True, cwd=root, timeout=60,
+    ).stdout  # fmt: skip
+    ids = json.loads(run("load", run("save")))
+    assert sorted(ids) == list(range(500))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import uuid
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +18,7 @@ from zephon.dataset.cache import (
     default_cache_dir,
 )
 from zephon.dataset.discover import Discovered, DiscoveryStats, discover
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, redact_uri
 from zephon.formats.blob import Blob
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.refs import ShardInfo
@@ -82,11 +81,23 @@ class Dataset:
         return sum(s.num_samples for s in self.shards)
 
     def fingerprint(self) -> str:
-        """A digest of name, format and every shard's URI, count, size and version."""
+        """A digest of name, format, columns and every shard's path under the root, sample
+        count and size: the same data copied to another root (a mirror bucket, a local copy)
+        has the same fingerprint, so its checkpoints restore there."""
         h = hashlib.sha256(f"{self.name}\0{self.format}\0{self.columns}".encode())
         for s in self.shards:
-            h.update(f"\0{s.uri}\0{s.num_samples}\0{s.size_bytes}\0{s.version}".encode())
+            path = s.uri[len(self.root) :] if s.uri.startswith(self.root) else s.uri
+            h.update(f"\0{path}\0{s.num_samples}\0{s.size_bytes}".encode())
         return h.hexdigest()[:16]
+
+    def location(self) -> dict[str, str]:
+        """Where the data is and which versions of its shards: a restore at the same root
+        refuses shards rewritten since the checkpoint (same paths, sizes and counts but other
+        versions)."""
+        h = hashlib.sha256()
+        for s in self.shards:
+            h.update(f"{s.uri}\0{s.version}\0".encode())
+        return {"root": redact_uri(self.root), "versions": h.hexdigest()[:16]}
 
     # -- construction ---------------------------------------------------------------------
 
@@ -193,19 +204,25 @@ class Dataset:
         if samples_per_shard < 1:
             raise ConfigError(f"samples_per_shard must be >= 1, got {samples_per_shard}")
         store = store or MemoryStore.default()
-        prefix = f"memory://zephon-records/{name}-{uuid.uuid4().hex[:12]}/"
+        shards: list[bytes] = []
         lines: list[bytes] = []
-        shard, i = 0, 0
+        i = 0
         try:
             for i, record in enumerate(records):  # noqa: B007  (i names the bad record)
                 lines.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
                 if len(lines) == samples_per_shard:
-                    store.put(f"{prefix}shard-{shard:06d}.jsonl", b"".join(lines))
-                    lines, shard = [], shard + 1
+                    shards.append(b"".join(lines))
+                    lines = []
         except TypeError as exc:
             raise ConfigError(f"record {i} of dataset {name!r} is not JSON: {exc}") from None
-        if lines or shard == 0:
-            store.put(f"{prefix}shard-{shard:06d}.jsonl", b"".join(lines))
+        if lines or not shards:
+            shards.append(b"".join(lines))
+        # The root is a digest of the content: the same records give the same dataset in any
+        # process, so checkpoints of it restore there.
+        digest = hashlib.sha256(b"".join(hashlib.sha256(x).digest() for x in shards))
+        prefix = f"memory://zephon-records/{name}-{digest.hexdigest()[:12]}/"
+        for shard, data in enumerate(shards):
+            store.put(f"{prefix}shard-{shard:06d}.jsonl", data)
         options = {"store": store} if store is not MemoryStore.default() else None
         return cls.from_path(name, prefix, format="jsonl", storage_options=options)
 

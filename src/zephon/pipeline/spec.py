@@ -137,6 +137,7 @@ class PipelineSpec:
         """What a checkpoint must match to restore into this pipeline."""
         return {
             "source": self.source.describe(),
+            "locations": [d.location() for d in self.source.datasets],
             "lanes": self.lanes,
             "ops": [step.label() for step in self.steps],
             "on_error": self.on_error,

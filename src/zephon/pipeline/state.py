@@ -134,6 +134,7 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
              for key in ("ops", "on_error") if state.get(key) != ours[key]]  # fmt: skip
     if diffs:
         raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
+    _check_locations(spec, state.get("locations"))
     _adopt_ratios(spec, state.get("source"))
     lane_states = state.get("lane_states", {})
     history = list(state.get("history", []))
@@ -176,6 +177,21 @@ def _lane_resume(
         raise StateMismatch("checkpoint's operator states do not match the chain")
     return {"cursor": entry.get("cursor"), "delivered": entry["delivered"], "ops": list(ops),
             "state": lane_state, "mark": (lane, cursor, int(entry["delivered"]), ops)}  # fmt: skip
+
+
+def _check_locations(spec: PipelineSpec, theirs: Any) -> None:
+    """The same data may have moved (its fingerprint, part of the source, says the layout,
+    sizes and counts are equal); at the same root its shards must not have been rewritten."""
+    if not isinstance(theirs, list):
+        return  # a checkpoint without locations: the fingerprints decide alone
+    for dataset, there, here in zip(spec.source.datasets, theirs, spec.identity()["locations"],
+                                    strict=False):  # fmt: skip
+        same_root = isinstance(there, dict) and there.get("root") == here["root"]
+        if same_root and there.get("versions") != here["versions"]:
+            raise StateMismatch(
+                f"dataset {dataset.name!r} at {here['root']} changed since the checkpoint: "
+                "its shards have other versions (rewritten in place)"
+            )
 
 
 def _relane(spec: PipelineSpec, state: dict[str, Any], history: list[Any]) -> Resume:

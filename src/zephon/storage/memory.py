@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-import itertools
+import hashlib
 
 from zephon.errors import NotFound, ObjectChanged
 from zephon.refs import ObjectInfo
@@ -15,10 +15,11 @@ _PAGE = 1000
 
 
 class MemoryStore:
-    """A sorted map of ``memory://...`` URIs to bytes with a version per write."""
+    """A sorted map of ``memory://...`` URIs to bytes. An object's version is a digest of
+    its bytes (like an S3 etag): a rewrite with other bytes changes it, the same bytes in
+    another process have the same version."""
 
     _default: MemoryStore | None = None
-    _versions = itertools.count(1)
 
     def __init__(self) -> None:
         self._keys: list[str] = []
@@ -34,7 +35,7 @@ class MemoryStore:
     def put(self, uri: str, data: bytes) -> ObjectInfo:
         if uri not in self._objects:
             bisect.insort(self._keys, uri)
-        version = str(next(self._versions))
+        version = hashlib.blake2b(data, digest_size=8).hexdigest()
         self._objects[uri] = (bytes(data), version)
         return ObjectInfo(uri, len(data), version)
 
