@@ -286,3 +286,26 @@ def test_sidecar_beside_parquet_shards(tmp_path: Path, sidecar: str) -> None:
     (tmp_path / "p" / sidecar).write_text(json.dumps({"shards": ["x"], "version": None}))
     ds = Dataset.from_path("pq", str(tmp_path / "p"), index_cache=False)
     assert ds.format == "parquet" and all(s.uri.endswith(".parquet") for s in ds.shards)
+
+
+def test_cli_names_the_dataset_by_path_and_previews_whole_strings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "corpus").mkdir()
+    long_text = "word " * 100
+    (tmp_path / "corpus" / "a.jsonl").write_text(json.dumps({"id": 1, "text": long_text}) + "\n")
+    assert main(["inspect", str(tmp_path / "corpus"), "--preview", "1"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("[0]"))
+    assert "'text': 'word word" in line and "...' (+" in line and line.endswith("}")
+    (tmp_path / "corpus" / "b.jsonl").write_text("not json\n")
+    (tmp_path / "corpus" / "a.jsonl").unlink()
+    assert main(["inspect", str(tmp_path / "corpus")]) == 1
+    err = capsys.readouterr().err
+    assert "'corpus'" in err and "'inspect'" not in err
+
+
+def test_tokenize_refuses_a_hub_name_listing_what_it_accepts() -> None:
+    from zephon.ops.tokenize import Tokenize
+
+    with pytest.raises(ConfigError, match=r"'gpt2'.*not a tokenizer.json.*tiktoken.*'bytes'"):
+        Tokenize("gpt2")

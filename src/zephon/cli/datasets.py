@@ -11,16 +11,31 @@ from zephon.errors import ZephonError
 
 
 def _preview(value: Any, limit: int = 120) -> str:
-    if isinstance(value, dict):
-        inner = ", ".join(f"{k!r}: {_preview(v, 40)}" for k, v in value.items())
-        text = "{" + inner + "}"
+    if isinstance(value, dict):  # whole fields, as many as fit
+        parts: list[str] = []
+        for k, v in value.items():
+            part = f"{k!r}: {_preview(v, 40)}"
+            if parts and sum(len(p) + 2 for p in parts) + len(part) > limit:
+                return "{" + ", ".join(parts) + f", ... (+{len(value) - len(parts)} fields)}}"
+            parts.append(part)
+        return "{" + ", ".join(parts) + "}"
     elif isinstance(value, bytes | bytearray):
         text = f"<{len(value)} bytes>"
     elif getattr(value, "shape", ()) != () and hasattr(value, "dtype"):
         text = f"<array {value.dtype} {tuple(value.shape)}>"
+    elif isinstance(value, str) and len(value) > limit:
+        keep = max(1, limit - 12)  # a cut string still reads as a string: quotes kept
+        return repr(value[:keep])[:-1] + f"...' (+{len(value) - keep})"
     else:
         text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."
+
+
+def _name(path: str) -> str:
+    """A dataset name for errors: the last part of the path."""
+    return path.rstrip("/").rsplit("/", 1)[-1] or path
 
 
 def _size(n: float) -> str:
@@ -35,7 +50,7 @@ async def _inspect(
     path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, n: int, shards: int
 ) -> None:
     ds = await Dataset.afrom_path(
-        "inspect", path, format=fmt, storage_options=options, allow_pickle=allow_pickle
+        _name(path), path, format=fmt, storage_options=options, allow_pickle=allow_pickle
     )
     st = ds.discovery_stats
     total = sum(s.size_bytes for s in ds.shards)
@@ -71,7 +86,7 @@ async def _index(
     path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, out: str | None
 ) -> str:
     ds = await Dataset.afrom_path(
-        "index", path, format=fmt, storage_options=options, allow_pickle=allow_pickle
+        _name(path), path, format=fmt, storage_options=options, allow_pickle=allow_pickle
     )
     target = await ds.awrite_index(out)
     print(f"indexed {len(ds.shards)} {ds.format} shards, {ds.num_samples} samples -> {target}")

@@ -7,6 +7,7 @@ a ``transformers`` tokenizer, a ``tiktoken`` encoding, or ``"bytes"`` (UTF-8 byt
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -41,10 +42,8 @@ class Tokenize:
         bos: bool | int = True,
         eos: bool | int = True,
     ) -> None:
-        if isinstance(tokenizer, str) and tokenizer != "bytes":
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(tokenizer)
+        if isinstance(tokenizer, str | os.PathLike) and tokenizer != "bytes":
+            tokenizer = self._from_file(os.fspath(tokenizer))
         self.tokenizer = tokenizer
         self.kind = self._kind(tokenizer)
         # Rust encoders (tokenizers, tiktoken, fast transformers tokenizers) release the GIL:
@@ -56,6 +55,23 @@ class Tokenize:
         self.max_length = max_length
         self.bos = self._special(bos, _BOS_NAMES, 256, "bos")
         self.eos = self._special(eos, _EOS_NAMES, 257, "eos")
+
+    @staticmethod
+    def _from_file(path: str) -> Any:
+        """A ``tokenizer.json`` file; anything else (a hub name, a missing path) is refused
+        with what ``tokenize()`` accepts: Zephon never downloads a tokenizer itself."""
+        if not os.path.isfile(path):
+            raise ConfigError(
+                f"tokenize() got {path!r}, which is not a tokenizer.json file: pass a "
+                "tokenizers.Tokenizer, a path to a tokenizer.json, a transformers tokenizer "
+                "(e.g. AutoTokenizer.from_pretrained(...)), a tiktoken encoding or 'bytes'"
+            )
+        from tokenizers import Tokenizer
+
+        try:
+            return Tokenizer.from_file(path)
+        except Exception as exc:
+            raise ConfigError(f"tokenize(): {path!r} is not a tokenizer.json ({exc})") from None
 
     @staticmethod
     def _kind(tokenizer: Any) -> str:

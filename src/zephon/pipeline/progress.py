@@ -1,33 +1,64 @@
-"""The progress bar of ``iter(progress=True)``: items, MB/s and items/s of a run."""
+"""The progress report of ``iter(progress=True)``: items, MB/s and items/s of a run.
+
+On a terminal it is a tqdm bar redrawn in place. Anywhere else (a log file, a cluster job's
+captured stderr) ``\\r`` redraws would pile up into one endless line, so it writes one plain
+line every few seconds and a last one at the end.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from typing import Any, TextIO
 
 __all__ = ["ProgressBar"]
 
+LOG_EVERY_S = 5.0  # seconds between lines when stderr is not a terminal
+
 
 class ProgressBar:
-    """A tqdm bar advanced by delivered items; ``bytes_read()`` gives the run's fetched bytes
-    for the MB/s figure, refreshed at most twice a second."""
+    """Advanced by delivered items; ``bytes_read()`` gives the run's fetched bytes for the
+    MB/s figure, refreshed at most twice a second (on a terminal)."""
 
-    def __init__(self, started: float, bytes_read: Callable[[], int]) -> None:
-        from tqdm import tqdm
-
+    def __init__(
+        self, started: float, bytes_read: Callable[[], int], stream: TextIO | None = None
+    ) -> None:
         self.started = started
         self.bytes_read = bytes_read
-        self.bar = tqdm(unit=" items", dynamic_ncols=True, desc="zephon")
+        self.stream = stream if stream is not None else sys.stderr
+        self.items = 0
         self.last = time.perf_counter()
+        self.bar: Any = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(unit=" items", dynamic_ncols=True, desc="zephon", file=self.stream)
+
+    def _rates(self, now: float) -> str:
+        elapsed = max(1e-9, now - self.started)
+        mb = self.bytes_read() / 1e6
+        return f"{mb / elapsed:.1f} MB/s, {self.items / elapsed:.0f} items/s"
 
     def advance(self, n: int) -> None:
-        self.bar.update(n)
+        self.items += n
+        if self.bar is not None:
+            self.bar.update(n)
         now = time.perf_counter()
-        if now - self.last > 0.5:
+        if self.bar is not None and now - self.last > 0.5:
             self.last = now
-            elapsed = max(1e-9, now - self.started)
-            mb = self.bytes_read() / 1e6
-            self.bar.set_postfix_str(f"{mb / elapsed:.1f} MB/s, {self.bar.n / elapsed:.0f} items/s")
+            self.bar.set_postfix_str(self._rates(now))
+        elif self.bar is None and now - self.last >= LOG_EVERY_S:
+            self.last = now
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        elapsed = now - self.started
+        print(f"zephon: {self.items} items in {elapsed:.0f}s ({self._rates(now)})",
+              file=self.stream, flush=True)  # fmt: skip
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            self._line(time.perf_counter())
