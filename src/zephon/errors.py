@@ -7,7 +7,9 @@ material redacted) and never the raw message of the underlying SDK, which may ec
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "TruncatedRead",
     "WorkerCrashed",
     "ZephonError",
+    "first_error",
     "redact_uri",
 ]
 
@@ -177,3 +180,16 @@ class StateMismatch(ZephonError):
 
 class WorkerCrashed(ZephonError):
     """A process-pool worker died (killed, out of memory) while it held work."""
+
+
+def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The root failure of a task group: the first exception in it that is not a
+    cancellation (what a user should see instead of the group)."""
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        elif not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group

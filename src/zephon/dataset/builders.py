@@ -10,7 +10,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-from zephon.errors import FormatError
+from zephon.errors import FormatError, first_error
 from zephon.formats import jsonl, parquet, records, webdataset
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.refs import ObjectInfo
@@ -46,19 +46,7 @@ async def scan_object(
                     pending.append(read(following))
                 feed(data)
     except BaseExceptionGroup as group:  # the one failure that stopped the scan, never a group
-        raise _root(group) from None
-
-
-def _root(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first exception in ``group`` that is not a cancellation."""
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        elif not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group
+        raise first_error(group) from None
 
 
 async def build_jsonl(

@@ -15,23 +15,12 @@ from typing import Any, TypeVar
 
 from zephon.engine.channel import Channel, Escaped, carry, closing
 from zephon.engine.stats import StageStats
+from zephon.errors import first_error
 
 __all__ = ["Escaped", "first_error", "ordered", "stage", "timed_receive", "timed_send"]
 
 A = TypeVar("A")
 B = TypeVar("B")
-
-
-def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The root failure of a stage group: the first exception that is not a cancellation."""
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        elif not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group
 
 
 def _name_stage(exc: BaseException, name: str) -> None:
