@@ -119,3 +119,17 @@ async def test_injected_latency_is_hidden_by_concurrency(
         assert out == [b"y" * 1000] * 32
         assert storage.concurrency.gate.held == 0
         assert 1 < seen <= 8
+
+
+async def test_an_unreachable_endpoint_is_named_in_the_error() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "k", "secret": "s"}
+    retry = RetryPolicy(max_attempts=2, base_delay_s=0.0)
+    async with open_storage("s3://", options, retry=retry) as storage:
+        with pytest.raises(TransientStorageError) as info:
+            await storage.read("s3://bucket/key", 0, 10)
+    assert f"127.0.0.1:{port}" in str(info.value) and "endpoint_url" in str(info.value)

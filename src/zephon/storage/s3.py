@@ -93,10 +93,22 @@ def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
     if isinstance(exc, NoRegionError | ParamValidationError):
         return ConfigError(f"invalid S3 request ({type(exc).__name__}) for {redact_uri(uri)}")
     if isinstance(exc, BotoCoreError | aiohttp.ClientError | ConnectionError | TimeoutError):
-        return TransientStorageError(f"connection failed ({type(exc).__name__})", uri=uri)
+        endpoint = _endpoint_of(exc)
+        hint = (f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)"
+                if endpoint else "")  # fmt: skip
+        return TransientStorageError(f"connection failed{hint} ({type(exc).__name__})", uri=uri)
     if isinstance(exc, OSError):
         return TransientStorageError(f"I/O error ({type(exc).__name__})", uri=uri)
     raise exc
+
+
+def _endpoint_of(exc: BaseException) -> str | None:
+    """The endpoint a connection failure was trying to reach, where the error says it."""
+    url = getattr(exc, "kwargs", {}).get("endpoint_url") if hasattr(exc, "kwargs") else None
+    if url:
+        return redact_uri(str(url))
+    host, port = getattr(exc, "host", None), getattr(exc, "port", None)
+    return f"{host}:{port}" if host else None
 
 
 _LOADER: Any = None
