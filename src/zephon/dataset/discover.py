@@ -203,11 +203,19 @@ async def _simple_format(
 
 
 async def _stat_members(
-    ctx: _Context, names: Sequence[str], listed: dict[str, ObjectInfo]
+    ctx: _Context, names: Sequence[str], listed: dict[str, ObjectInfo], index_uri: str
 ) -> list[ObjectInfo]:
+    """The shards an index names; one that is not there makes the index wrong for this data
+    (a ``FormatError`` naming it), whatever the storage said."""
     uris = [ctx.root + n for n in names]
     missing = [u for u in uris if u not in listed]
-    stats = await asyncio.gather(*(ctx.storage.stat(u) for u in missing))
+    try:
+        stats = await asyncio.gather(*(ctx.storage.stat(u) for u in missing))
+    except NotFound as exc:
+        raise FormatError(
+            f"the index names shard {_basename(exc.uri)!r}, which is not there",
+            dataset=ctx.name, uri=index_uri,
+        ) from exc  # fmt: skip
     found = {**listed, **{i.uri: i for i in stats}}
     return [found[u] for u in uris]
 
@@ -256,7 +264,8 @@ async def _indexed_format(
                 meta = {"config": config}
         except ValueError as exc:
             raise FormatError(str(exc), dataset=ctx.name, uri=index_json.uri) from None
-    infos = await _stat_members(ctx, names, listed)
+    named_by = index_json.uri if index_json is not None else ctx.root + PERSISTENT_INDEX_NAME
+    infos = await _stat_members(ctx, names, listed, named_by)
     indexes = await _bounded(
         [
             functools.partial(

@@ -236,22 +236,33 @@ class ParquetCodec:
 
         wanted = np.asarray(samples, dtype=np.int64)
         low, high = int(wanted.min()), int(wanted.max())
-        first_group, last_group = (
-            np.searchsorted(index.row_starts, (low, high), side="right") - 1
-        ).tolist()
-        if first_group == last_group:  # the usual case: one row group
-            first = int(index.row_starts[first_group])
-            return _pick(table(first_group), wanted - first, low - first, high - first)
-        groups = np.searchsorted(index.row_starts, wanted, side="right") - 1
-        out: list[Any] = [None] * len(wanted)
-        for g in distinct(groups):
-            at = np.flatnonzero(groups == g)
-            first = int(index.row_starts[g])
-            positions = wanted[at] - first
-            rows = _pick(table(g), positions, int(positions.min()), int(positions.max()))
-            for i, row in zip(at.tolist(), rows, strict=True):
-                out[i] = row
-        return out
+        try:
+            return _rows(table, index.row_starts, wanted, low, high)
+        except (UnicodeDecodeError, ValueError, pa.ArrowException) as exc:
+            # Values that decode but do not convert (a damaged string's bytes, say).
+            raise FormatError(
+                f"cannot convert rows ({type(exc).__name__}: {exc})",
+                dataset=self.dataset, uri=shard.uri, sample=low,
+            ) from None  # fmt: skip
+
+
+def _rows(table: Any, row_starts: np.ndarray, wanted: np.ndarray, low: int, high: int) -> list[Any]:
+    """Rows ``wanted`` (shard row numbers, in that order) from the tables of their row
+    groups; ``table(g)`` reads group ``g``."""
+    first_group, last_group = (np.searchsorted(row_starts, (low, high), side="right") - 1).tolist()
+    if first_group == last_group:  # the usual case: one row group
+        first = int(row_starts[first_group])
+        return _pick(table(first_group), wanted - first, low - first, high - first)
+    groups = np.searchsorted(row_starts, wanted, side="right") - 1
+    out: list[Any] = [None] * len(wanted)
+    for g in distinct(groups):
+        at = np.flatnonzero(groups == g)
+        first = int(row_starts[g])
+        positions = wanted[at] - first
+        rows = _pick(table(g), positions, int(positions.min()), int(positions.max()))
+        for i, row in zip(at.tolist(), rows, strict=True):
+            out[i] = row
+    return out
 
 
 def _pick(table: pa.Table, positions: np.ndarray, low: int, high: int) -> list[dict[str, Any]]:

@@ -1,0 +1,81 @@
+"""Parsers under random damage: byte flips, truncations and insertions in valid shards of
+every format and compression must give valid samples or a FormatError (naming the shard),
+never another exception, a hang or a crash."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.formatdata import (
+    FIXTURES,
+    write_compressed_jsonl,
+    write_jsonl,
+    write_parquet,
+    write_webdataset,
+)
+from zephon import Dataset
+from zephon.errors import FormatError
+
+WRITERS: dict[str, Callable[[Path], Any]] = {
+    "jsonl": lambda root: write_jsonl(root, shards=1, per_shard=40),
+    "jsonl-gz-zst": write_compressed_jsonl,
+    "parquet": lambda root: write_parquet(root, shards=1),
+    "webdataset": lambda root: write_webdataset(root, shards=1, per_shard=10),
+    "mds": lambda root: shutil.copytree(FIXTURES / "mds", root),
+    "litdata": lambda root: shutil.copytree(FIXTURES / "litdata", root),
+}
+
+Damage = tuple[str, float, int]
+damages = st.tuples(st.sampled_from(["flip", "truncate", "insert"]), st.floats(0, 1),
+                    st.integers(1, 255))  # fmt: skip
+
+
+def damage(data: bytes, how: Damage) -> bytes:
+    kind, where, value = how
+    if not data:
+        return data
+    at = min(len(data) - 1, int(where * len(data)))
+    if kind == "flip":
+        return data[:at] + bytes([data[at] ^ value]) + data[at + 1 :]
+    if kind == "truncate":
+        return data[:at]
+    return data[:at] + bytes([value]) * (1 + value % 7) + data[at:]
+
+
+def shards(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != "reference.json")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fmt", list(WRITERS))
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(hows=st.lists(damages, min_size=1, max_size=3), which=st.integers(0, 99))
+def test_damaged_shards_give_samples_or_a_format_error(
+    tmp_path_factory: pytest.TempPathFactory, fmt: str, hows: list[Damage], which: int
+) -> None:  # fmt: skip
+    root = tmp_path_factory.mktemp(fmt) / "data"
+    WRITERS[fmt](root)
+    files = shards(root)
+    target = files[which % len(files)]
+    data = target.read_bytes()
+    for how in hows:
+        data = damage(data, how)
+    target.write_bytes(data)
+    try:
+        ds = Dataset.from_path("fuzz", str(root), index_cache=False)
+        samples = ds.head(ds.num_samples)
+    except FormatError as exc:
+        assert exc.dataset == "fuzz"
+        return
+    assert len(samples) == ds.num_samples
