@@ -103,3 +103,81 @@ def test_a_base_exception_in_a_user_function_reaches_the_consumer(
 
     with pytest.raises(kind):
         asyncio.run(consume())
+
+
+KILL_SCRIPT = """
+import json, os, sys
+from tests import pipeline_fns as fns
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+ds = Dataset.from_path("a", sys.argv[1])
+pipe = (Pipeline(StaticMixtureWorkSource([ds], seed=9), rank=0, world_size=1, lanes=2)
+        .map(fns.double, processes=int(sys.argv[4])).shuffle(64).batch(8))
+state_file = sys.argv[2]
+mode = sys.argv[3]
+ids = []
+if mode == "resume":
+    saved = json.load(open(state_file))
+    pipe.restore(saved["state"])
+for step, batch in enumerate(pipe):
+    ids.extend(int(x) for x in batch["id"])
+    if mode == "run" and step % 5 == 4:  # a checkpoint every 5 steps, written atomically
+        with open(state_file + ".tmp", "w") as f:
+            json.dump({"state": pipe.checkpoint(), "ids": ids}, f)
+        os.replace(state_file + ".tmp", state_file)
+        print("saved", step, flush=True)
+print(json.dumps(ids), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("processes", [0, 2])
+def test_sigkill_mid_run_then_restore_equals_the_uninterrupted_run(
+    data: Path, tmp_path: Path, processes: int
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    state = str(tmp_path / "state.json")
+
+    def run(mode: str) -> list[int]:
+        out = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(data), state, mode,
+                              str(processes)], capture_output=True, text=True, timeout=60,
+                             env=env, cwd=ROOT, check=True)  # fmt: skip
+        return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    full = run("full")
+    with subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(data), state, "run",
+                           str(processes)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True, env=env, cwd=ROOT) as child:  # fmt: skip
+        assert child.stdout is not None
+        for line in child.stdout:  # wait for the third checkpoint, then kill without warning
+            if line.startswith("saved 14"):
+                child.send_signal(signal.SIGKILL)
+                break
+        child.wait(timeout=30)
+    saved = json.loads(Path(state).read_text())
+    assert saved["ids"] == full[: len(saved["ids"])]
+    assert saved["ids"] + run("resume") == full
+
+
+@pytest.mark.timeout(60)
+def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path) -> None:
+    import signal
+
+    script = PRELUDE + (
+        "\nif __name__ == '__main__':\n"
+        "    for i, x in enumerate(build(2, 2)):\n"
+        "        if i == 10:\n"
+        "            print('ready', flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", script, str(data)]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen(cmd, text=True, env=env, cwd=ROOT, **pipes) as child:  # type: ignore[call-overload]
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=15)
+    assert child.returncode != 0 and "KeyboardInterrupt" in err
+    assert "terminate called" not in err
