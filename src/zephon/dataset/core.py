@@ -94,10 +94,14 @@ class Dataset:
         """Where the data is and which versions of its shards: a restore at the same root
         refuses shards rewritten since the checkpoint (same paths, sizes and counts but other
         versions)."""
-        h = hashlib.sha256()
-        for s in self.shards:
-            h.update(f"{s.uri}\0{s.version}\0".encode())
-        return {"root": redact_uri(self.root), "versions": h.hexdigest()[:16]}
+        cached: dict[str, str] | None = self.__dict__.get("_location")
+        if cached is None:  # shards never change: a checkpoint per step must not rehash them
+            h = hashlib.sha256()
+            for s in self.shards:
+                h.update(f"{s.uri}\0{s.version}\0".encode())
+            cached = {"root": redact_uri(self.root), "versions": h.hexdigest()[:16]}
+            self.__dict__["_location"] = cached
+        return dict(cached)
 
     # -- construction ---------------------------------------------------------------------
 

@@ -184,8 +184,8 @@ def _check_locations(spec: PipelineSpec, theirs: Any) -> None:
     sizes and counts are equal); at the same root its shards must not have been rewritten."""
     if not isinstance(theirs, list):
         return  # a checkpoint without locations: the fingerprints decide alone
-    for dataset, there, here in zip(spec.source.datasets, theirs, spec.identity()["locations"],
-                                    strict=False):  # fmt: skip
+    ours = [d.location() for d in spec.source.datasets]
+    for dataset, there, here in zip(spec.source.datasets, theirs, ours, strict=False):
         same_root = isinstance(there, dict) and there.get("root") == here["root"]
         if same_root and there.get("versions") != here["versions"]:
             raise StateMismatch(
