@@ -66,14 +66,17 @@ def parse_mds_index(data: bytes) -> list[MdsShardSpec]:
 
 def _ndarray(spec: str) -> Callable[[memoryview], Any]:
     parts = spec.split(":")[1:]
-    fixed_dtype = parts[0] if parts and parts[0] else None
-    fixed_shape = tuple(int(d) for d in parts[1].split(",")) if len(parts) > 1 else None
+    try:  # checked here, when the codec is built, so a bad index fails at discovery
+        fixed_dtype = np.dtype(parts[0]) if parts and parts[0] else None
+        fixed_shape = tuple(int(d) for d in parts[1].split(",")) if len(parts) > 1 else None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"unsupported MDS encoding {spec!r} ({exc})") from None
 
     def decode(data: memoryview) -> Any:
         pos = 0
         dtype = fixed_dtype
         if dtype is None:
-            dtype = _VALUE_DTYPES[data[0]]
+            dtype = np.dtype(_VALUE_DTYPES[data[0]])
             pos = 1
         shape = fixed_shape
         if shape is None:
