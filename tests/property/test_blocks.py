@@ -44,3 +44,38 @@ def test_interleaved_progress_equals_the_per_item_marks(data: st.DataObject) -> 
     assert Block(-1, [None] * rows.size, rows=rows).progress(lo, hi) == expected
     # refs follow the same interleave as marks: item i of lane l is sample 10 i + l, mark i + 1
     assert [(r[1], r[2] // 10 + 1) for r in rows.refs()] == [(m[0], m[2]) for m in marks]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_assembler_emits_chunks_in_slot_order_whatever_its_byte_bound(
+    data: st.DataObject,
+) -> None:
+    """Reads of a chunk (in the order of their first slot, each in slot order) come out in
+    slot order with their provenance, whole or, under a byte bound, as prefixes."""
+    from zephon.ops.decode import ChunkAssembler
+
+    chunks = data.draw(st.lists(st.integers(1, 30), min_size=1, max_size=4))
+    max_bytes = data.draw(st.sampled_from([1, 5, 40, 1 << 62]))
+    emitted: list[tuple[list[int], ChunkRows]] = []
+    assembler = ChunkAssembler(0, lambda items, rows, failed, nbytes: emitted.append((items, rows)),
+                               max_bytes)  # fmt: skip
+    expected = []
+    for c, n in enumerate(chunks):
+        owner = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+        reads: dict[int, list[int]] = {}
+        for slot, o in enumerate(owner):  # read o holds its slots in order
+            reads.setdefault(o, []).append(slot)
+        for o, slots in sorted(reads.items(), key=lambda kv: kv[1][0]):
+            items = [c * 1000 + s for s in slots]
+            assembler.add(Cursor(0, c, 0, (0,)), np.array(slots), items, o, c,
+                          np.array(items), nbytes=len(slots))  # fmt: skip
+        expected += [c * 1000 + s for s in range(n)]
+    assembler.flush()
+    assert [x for items, _ in emitted for x in items] == expected
+    for items, rows in emitted:
+        assert rows.sample.tolist() == items
+        assert rows.delivered.tolist() == [x % 1000 + 1 for x in items]
+        assert all(rows.cursor.chunk == x // 1000 for x in items)
+    if max_bytes == 1 << 62:
+        assert len(emitted) == len(chunks)

@@ -18,7 +18,10 @@ from zephon.plan.manifest import _Records
 # dataset's global draw count (remainders split by sample, not by chunk), and a finite
 # curriculum ends by per-lane quotas instead of each lane's own exhaustion test. Checkpoints
 # of earlier versions do not resume exactly.
-GOLDEN = (10468, "84300898bbab3719f18172fbf81c01b940a180160c1f6d9f6727425186d7278a")
+# Re-pinned again when reads of large records were kept within windows of the chunk (issue
+# 15, memory bounded by bytes): the reads changed, the samples and their order did not (the
+# digest without reads stayed 5306483a...).
+GOLDEN = (10468, "1fee642748ae9e641b3b4f8bd486b1eb439bcb60e256794c82bac5d2f7a784ed")
 
 
 def records(name: str, sizes: list[int]) -> Manifest:

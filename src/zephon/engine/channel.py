@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 __all__ = ["Channel", "ChannelClosed", "Escaped", "carry", "closing"]
@@ -23,12 +23,22 @@ class Channel(Generic[T]):
     ``send`` waits while the channel is full (backpressure); ``receive`` waits while it is
     empty; ``close()`` ends the stream: receivers drain what is left, then iteration stops.
     ``close(error)`` makes receivers raise ``error`` once the buffer is drained.
+
+    With ``max_bytes``, the channel is also full once the items it holds weigh that much
+    (``weigh(item)``, e.g. a block's bytes); one item is always admitted, whatever its weight.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(
+        self, capacity: int, max_bytes: int = 0, weigh: Callable[[T], int] | None = None
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if max_bytes and weigh is None:
+            raise ValueError("a channel bounded in bytes needs weigh")
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self._weigh = weigh if max_bytes else None
+        self._bytes = 0
         self._items: deque[T] = deque()
         self._closed = False
         self._error: BaseException | None = None
@@ -43,13 +53,20 @@ class Channel(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
+    def _full(self) -> bool:
+        n = len(self._items)
+        return n >= self.capacity or (n > 0 and self._weigh is not None
+                                      and self._bytes >= self.max_bytes)  # fmt: skip
+
     async def send(self, item: T) -> None:
-        while len(self._items) >= self.capacity and not self._closed:
+        while self._full() and not self._closed:
             self._writable.clear()
             await self._writable.wait()
         if self._closed:
             raise ChannelClosed("send on a closed channel")
         self._items.append(item)
+        if self._weigh is not None:
+            self._bytes += self._weigh(item)
         self._readable.set()
 
     def close(self, error: BaseException | None = None) -> None:
@@ -72,6 +89,8 @@ class Channel(Generic[T]):
             self._readable.clear()
             await self._readable.wait()
         item = self._items.popleft()
+        if self._weigh is not None:
+            self._bytes -= self._weigh(item)
         self._writable.set()
         return item
 

@@ -57,31 +57,36 @@ async def batch_blocks(
     held: list[Any] = []  # a partial batch
     held_refs: list[Any] = []
     mark: Any = None
+    carried = 0.0  # bytes of the partial batch
     async for block in blocks:
         items, n = block.items, len(block.items)
         if not n:
             continue
+        per_item = block.nbytes / n
         refs = block.refs
         out_items, out_refs, out_marks = [], [], []
-        i = 0
+        i, nbytes = 0, 0.0
         if held:
             i = min(size - len(held), n)
             held += items[:i]
             held_refs += refs[:i]
+            carried += per_item * i
             mark = block.mark(i - 1)
             if len(held) == size:
                 out_items.append(collate(held))
                 out_refs.append(held_refs)
                 out_marks.append(mark)
-                held, held_refs = [], []
+                held, held_refs, nbytes, carried = [], [], carried, 0.0
         while i + size <= n:
             out_items.append(collate(items[i : i + size]))
             out_refs.append(refs[i : i + size])
             out_marks.append(block.mark(i + size - 1))
+            nbytes += per_item * size
             i += size
         if i < n:
             held, held_refs, mark = items[i:], refs[i:], block.mark(n - 1)
+            carried = per_item * (n - i)
         if out_items:
-            yield Block(lane, out_items, out_refs, out_marks)
+            yield Block(lane, out_items, out_refs, out_marks, int(nbytes))
     if held and not drop_last:
-        yield Block(lane, [collate(held)], [held_refs], [mark])
+        yield Block(lane, [collate(held)], [held_refs], [mark], int(carried))

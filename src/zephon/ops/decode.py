@@ -96,16 +96,25 @@ def is_failed(item: Any) -> bool:
 class ChunkAssembler:
     """Collects a lane's decoded reads into chunks in slot order.
 
-    ``emit(items, rows, failed)`` receives each whole chunk with its provenance in columns;
-    ``failed`` says whether any of its items is a failed placeholder.
+    ``emit(items, rows, failed, nbytes)`` receives each chunk with its provenance in columns;
+    ``failed`` says whether any of its items is a failed placeholder, ``nbytes`` what its
+    reads held. A chunk leaves whole,
+    unless the reads held exceed ``max_bytes``: then every slot before the newest read's first
+    slot is complete (reads come in the order of their first slot), and that prefix leaves
+    at once, so large records never hold a whole chunk in memory.
     """
 
-    def __init__(self, lane: int, emit: Callable[[list[Any], ChunkRows, bool], Any]):
+    def __init__(
+        self, lane: int, emit: Callable[[list[Any], ChunkRows, bool, int], Any],
+        max_bytes: int = 1 << 62,
+    ) -> None:  # fmt: skip
         self.lane = lane
+        self.max_bytes = max_bytes
         self._emit = emit
         self._cursor: Cursor | None = None
-        self._parts: list[tuple[Ints, Sequence[Any], int, int, Ints]] = []
+        self._parts: list[tuple[Ints, Sequence[Any], Any, Any, Ints]] = []
         self._failed = False
+        self._held = 0
 
     def add(
         self,
@@ -116,47 +125,83 @@ class ChunkAssembler:
         shard: int,
         samples: Ints,
         failed: bool = False,
-    ) -> Any:
+        nbytes: int = 0,
+    ) -> None:
         """Add one read: ``items`` are samples ``samples`` of ``(dataset, shard)`` at
-        ``slots`` of the chunk at ``cursor``."""
-        out = None
+        ``slots`` of the chunk at ``cursor``; ``nbytes`` is what it holds."""
         if self._cursor is not None and cursor.chunk != self._cursor.chunk:
-            out = self.flush()
+            self.flush()
+        elif self._held >= self.max_bytes and len(slots):
+            self._release(int(slots[0]))
         self._cursor = cursor
         self._parts.append((slots, items, dataset, shard, samples))
         self._failed |= failed
-        return out
+        self._held += nbytes
 
-    def flush(self) -> Any:
-        cursor, parts, failed = self._cursor, self._parts, self._failed
-        self._cursor, self._parts, self._failed = None, [], False
+    def flush(self) -> None:
+        """Emit what is held of the current chunk."""
+        self._release(None)
+        self._cursor, self._parts, self._failed, self._held = None, [], False, 0
+
+    def _release(self, before: int | None) -> None:
+        """Emit the held items at slots below ``before`` (all with ``None``) in slot order;
+        the rest stay held."""
+        cursor, parts = self._cursor, self._parts
         if cursor is None or not parts:
-            return None
-        # Each read lists its samples in slot order; reads come in the order of their first
-        # slot. Concatenated, they are often in order already (no shuffle, or one read).
-        if len(parts) == 1:
+            return
+        if len(parts) == 1 and before is None:  # the common case: nothing to sort
             p_slots, p_items, p_dataset, p_shard, p_samples = parts[0]
             n = len(p_slots)
             slots = np.asarray(p_slots, dtype=np.int64)
             samples = np.asarray(p_samples, dtype=np.int64)
-            dataset = np.full(n, p_dataset, dtype=np.int64)
-            shard = np.full(n, p_shard, dtype=np.int64)
+            dataset, shard = _column(p_dataset, n).copy(), _column(p_shard, n).copy()
             items = list(p_items)
         else:
-            lengths = [len(p[0]) for p in parts]
-            slots = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts])
-            samples = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
-            dataset = np.repeat(np.array([p[2] for p in parts], dtype=np.int64), lengths)
-            shard = np.repeat(np.array([p[3] for p in parts], dtype=np.int64), lengths)
-            items = list(chain.from_iterable(p[1] for p in parts))
-            if not bool((slots[1:] > slots[:-1]).all()):
-                order = np.argsort(slots, kind="stable")
-                slots, samples, dataset, shard = (
-                    slots[order],
-                    samples[order],
-                    dataset[order],
-                    shard[order],
-                )
-                items = [items[i] for i in order.tolist()]
+            slots, samples, dataset, shard, items = _in_slot_order(parts)
+        nbytes = self._held
+        if before is not None:
+            cut = int(np.searchsorted(slots, before))
+            if cut == 0:
+                return
+            rest = (slots[cut:], items[cut:], dataset[cut:], shard[cut:], samples[cut:])
+            self._parts = [rest] if len(rest[0]) else []
+            self._held = self._held * len(rest[0]) // max(1, len(slots))
+            nbytes -= self._held
+            slots, samples, dataset, shard = slots[:cut], samples[:cut], dataset[:cut], shard[:cut]
+            items = items[:cut]
         rows = ChunkRows(self.lane, cursor, dataset, shard, samples, slots + 1)
-        return self._emit(items, rows, failed)
+        self._emit(items, rows, self._failed, nbytes)
+
+
+def _in_slot_order(
+    parts: list[tuple[Ints, Sequence[Any], Any, Any, Ints]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any]]:
+    """The parts' columns concatenated and sorted by slot. Each read lists its samples in
+    slot order and reads come in the order of their first slot, so the concatenation is
+    often in order already (no shuffle, or one read)."""
+    lengths = [len(p[0]) for p in parts]
+    slots = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts])
+    samples = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
+    dataset = np.concatenate(
+        [
+            np.broadcast_to(np.asarray(p[2], dtype=np.int64), n)
+            for p, n in zip(parts, lengths, strict=True)
+        ]
+    )
+    shard = np.concatenate(
+        [
+            np.broadcast_to(np.asarray(p[3], dtype=np.int64), n)
+            for p, n in zip(parts, lengths, strict=True)
+        ]
+    )
+    items = list(chain.from_iterable(p[1] for p in parts))
+    if not bool((slots[1:] > slots[:-1]).all()):
+        order = np.argsort(slots, kind="stable")
+        slots, samples, dataset, shard = slots[order], samples[order], dataset[order], shard[order]
+        items = [items[i] for i in order.tolist()]
+    return slots, samples, dataset, shard, items
+
+
+def _column(value: Any, n: int) -> np.ndarray:
+    """``value`` (an int, or already a column) as an int64 column of ``n``."""
+    return np.broadcast_to(np.asarray(value, dtype=np.int64), n)

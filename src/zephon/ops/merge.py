@@ -23,6 +23,7 @@ async def merge_lanes(
     first: int = 0,
     ended: Sequence[int] = (),
     names: Sequence[int] = (),
+    max_bytes: int = 1 << 62,
 ) -> None:
     """One item from each lane in turn (a lane that ended is skipped from then on). With
     ``deterministic=False``, whichever lane has items ready goes first.
@@ -30,6 +31,8 @@ async def merge_lanes(
     ``first`` is the position (in ``lanes``) whose turn it is; lanes at positions in
     ``ended`` are known to have ended (a restored run). Output blocks record, in
     ``extra["ended"]``, the lane names (``names``) seen to end so far, for checkpoints.
+    An output block holds at most ``_FLUSH_ITEMS`` items and about ``max_bytes`` (by its
+    lane blocks' ``nbytes``).
 
     Long because it is one loop over items with three paths (whole rounds, a single lane,
     one item) sharing the same buffers; helpers would cost a call per merged item.
@@ -39,15 +42,16 @@ async def merge_lanes(
     finished = {names[i] for i in ended} if names else set()
     items: list[Any] = []
     rows = Interleaved()  # where the items came from, kept as runs of lane blocks
+    nbytes = 0.0
 
     async def flush() -> None:
-        nonlocal items, rows
+        nonlocal items, rows, nbytes
         if items:
             stats.items_out += len(items)
-            block = Block(-1, items, rows=rows)
+            block = Block(-1, items, nbytes=int(nbytes), rows=rows)
             block.extra["ended"] = frozenset(finished)
             await timed_send(out, block, stats)
-            items, rows = [], Interleaved()
+            items, rows, nbytes = [], Interleaved(), 0.0
 
     with closing(out):
         turn = active.index(first) if first in active else 0
@@ -75,7 +79,8 @@ async def merge_lanes(
                 rows.add(list(entries), take)  # type: ignore[arg-type]
                 for i, e in zip(order, entries, strict=True):
                     buffers[i] = (e[0], e[1] + take)  # type: ignore[index]
-                if len(items) >= _FLUSH_ITEMS:
+                    nbytes += _per_item(e[0]) * take  # type: ignore[index]
+                if len(items) >= _FLUSH_ITEMS or nbytes >= max_bytes:
                     await flush()
                 continue
             if len(active) == 1:
@@ -86,6 +91,7 @@ async def merge_lanes(
                     block, i = entry
                     items.extend(block.items[i:])
                     rows.add([(block, i)], len(block.items) - i)
+                    nbytes += _per_item(block) * (len(block.items) - i)
                     await flush()
                     continue
                 await flush()
@@ -123,7 +129,12 @@ async def merge_lanes(
             items.append(block.items[i])
             rows.add([(block, i)], 1)
             buffers[lane] = (block, i + 1)
+            nbytes += _per_item(block)
             turn = (active.index(lane) + 1) % len(active)
-            if len(items) >= _FLUSH_ITEMS:
+            if len(items) >= _FLUSH_ITEMS or nbytes >= max_bytes:
                 await flush()
         await flush()
+
+
+def _per_item(block: Block) -> float:
+    return block.nbytes / len(block.items) if block.items else 0.0

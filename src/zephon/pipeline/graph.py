@@ -36,9 +36,9 @@ from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
 from zephon.storage.gate import CapacityGate
 
-__all__ = ["Resources", "build_lane"]
+__all__ = ["Resources", "block_channel", "build_lane"]
 
-LANE_CHANNEL = 4  # blocks buffered between two stages of a lane
+LANE_CHANNEL = 4  # blocks buffered between two stages of a lane (fewer if they are large)
 
 Decoded = tuple[Fetched, list[Any], list[tuple[int, str]]]  # a read, its samples, failures
 
@@ -81,14 +81,14 @@ def build_lane(
     )  # fmt: skip
     fetched = _fetch(tg, spec, res, lane, requests)
     decoded = _decode(tg, spec, res, lane, fetched)
-    current: Channel[Block] = Channel(LANE_CHANNEL)
+    current = block_channel(LANE_CHANNEL, spec)
     name = f"assemble[{lane}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats)))
     resume_mark: Mark | None = resume["mark"] if resume is not None else None
     depth = 0  # stateful steps so far: index of this step's state in a mark
     for i, step in enumerate(spec.steps):
-        source, out = current, Channel[Block](LANE_CHANNEL)
+        source, out = current, block_channel(LANE_CHANNEL, spec)
         name = f"{step.kind}#{i}[{lane}]"
         stats = res.stats(name, str(step.processes or 1))
         if step.kind in STATEFUL:
@@ -104,6 +104,15 @@ def build_lane(
         tg.create_task(stage(name, stats, body))
         current = out
     return current
+
+
+def block_channel(capacity: int, spec: PipelineSpec) -> Channel[Block]:
+    """A channel of at most ``capacity`` blocks and about ``spec.block_bytes``."""
+    return Channel(capacity, spec.block_bytes, _weight)
+
+
+def _weight(block: Block) -> int:
+    return block.nbytes
 
 
 def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
@@ -203,16 +212,16 @@ async def _assemble(
     datasets = spec.source.datasets
     ready: list[Block] = []
 
-    def emit(items: list[Any], rows: ChunkRows, failed: bool) -> None:
+    def emit(items: list[Any], rows: ChunkRows, failed: bool, nbytes: int) -> None:
         if failed:  # drop the placeholders of samples skipped under on_error="skip"
             keep = [not is_failed(x) for x in items]
             marks = rows.marks()
             block = Block(lane, list(compress(items, keep)), list(compress(rows.refs(), keep)),
-                          list(compress(marks, keep)))  # fmt: skip
+                          list(compress(marks, keep)), nbytes)  # fmt: skip
             if marks:
                 block.extra["last_mark"] = marks[-1]
         else:
-            block = Block(lane, items, rows=rows)
+            block = Block(lane, items, nbytes=nbytes, rows=rows)
         ready.append(block)
 
     async def send_ready() -> None:
@@ -221,7 +230,7 @@ async def _assemble(
             stats.items_out += len(block.items)
             await timed_send(out, block, stats)
 
-    assembler = ChunkAssembler(lane, emit)
+    assembler = ChunkAssembler(lane, emit, spec.block_bytes)
     with closing(out):
         while True:
             try:
@@ -235,12 +244,12 @@ async def _assemble(
                 res.ledger.add(datasets[r.dataset].name, r.uri, int(r.samples[pos]), message)
             if spec.deterministic:
                 assembler.add(r.cursor, r.slots, items, r.dataset, r.shard, r.samples,
-                              bool(failed))  # fmt: skip
+                              bool(failed), f.reserved)  # fmt: skip
             else:
                 n = len(r.samples)
                 rows = ChunkRows(lane, r.cursor, np.full(n, r.dataset), np.full(n, r.shard),
                                  r.samples, r.slots + 1)  # fmt: skip
-                emit(items, rows, bool(failed))
+                emit(items, rows, bool(failed), f.reserved)
             await send_ready()
         assembler.flush()
         await send_ready()

@@ -15,15 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from zephon.engine.channel import Channel
 from zephon.engine.pool import WorkerPool
 from zephon.engine.runner import first_error, stage
 from zephon.errors import ConfigError
-from zephon.ops.block import Block
 from zephon.ops.decode import SkipLedger
 from zephon.ops.fetch import RangeCache
 from zephon.ops.merge import merge_lanes
-from zephon.pipeline.graph import Resources, build_lane
+from zephon.pipeline.graph import Resources, block_channel, build_lane
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.state import Received, Resume, merge_start
 from zephon.storage import ManagedStorage
@@ -42,7 +40,7 @@ class Run:
         self.spec = spec
         self.resume = resume
         self.received = received  # the consumer's state at the start (for the merge turn)
-        self.output: Channel[Block] = Channel(spec.prefetch_blocks)
+        self.output = block_channel(spec.prefetch_blocks, spec)
         self.task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.res: Resources | None = None
@@ -99,7 +97,7 @@ class Run:
                 first, ended = merge_start(spec, self.received)
                 stats = res.stats("merge")
                 body = merge_lanes(outs, self.output, stats, spec.deterministic, first, ended,
-                                   list(spec.my_lanes))  # fmt: skip
+                                   list(spec.my_lanes), spec.block_bytes)  # fmt: skip
                 tg.create_task(stage("merge", stats, body))
         except BaseExceptionGroup as group:
             self.output.close(first_error(group))

@@ -16,6 +16,8 @@ from zephon.errors import ConfigError
 from zephon.plan import StaticMixtureWorkSource
 from zephon.storage import RetryPolicy, StorageLimits
 
+BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec.block_bytes)
+
 __all__ = ["STATEFUL", "PipelineSpec", "Step", "default_rank"]
 
 STATEFUL = ("shuffle", "pack", "apply")  # steps whose position is part of a checkpoint
@@ -113,6 +115,12 @@ class PipelineSpec:
             object.__setattr__(
                 self, "limits", StorageLimits(max_inflight_bytes=self.fetch_budget_bytes)
             )
+
+    @property
+    def block_bytes(self) -> int:
+        """About the most decoded bytes one block carries, and the byte bound of each channel
+        between stages (so large records never pile up downstream of the fetch budget)."""
+        return min(BLOCK_BYTES, max(1 << 20, self.fetch_budget_bytes // 4))
 
     @property
     def storage_limits(self) -> StorageLimits:

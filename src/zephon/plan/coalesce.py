@@ -111,20 +111,24 @@ def coalesce_chunks(
             else:
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
-    keys = (datasets, shards, units, starts)
+    windows = _slot_windows(datasets, units, starts, stops, slots % chunk_size, max_bytes,
+                            chunk_size)  # fmt: skip
+    keys = (datasets, shards, units, windows, starts)
     ordered = in_order(keys, within=chunk)  # storage order already (no shuffle, say)
     if ordered:
         c_s, d_s, sh_s, u_s, st_s, sp_s = chunk, datasets, shards, units, starts, stops
+        w_s = windows
     else:
-        order = np.lexsort((starts, units, shards, datasets, chunk))
+        order = np.lexsort((starts, windows, units, shards, datasets, chunk))
         c_s, d_s, sh_s, u_s = chunk[order], datasets[order], shards[order], units[order]
-        st_s, sp_s = starts[order], stops[order]
+        st_s, sp_s, w_s = starts[order], stops[order], windows[order]
     new = np.ones(n, dtype=bool)
     same_shard = (
         (c_s[1:] == c_s[:-1])
         & (d_s[1:] == d_s[:-1])
         & (sh_s[1:] == sh_s[:-1])
         & (u_s[1:] == u_s[:-1])
+        & (w_s[1:] == w_s[:-1])
     )
     if bool((u_s >= 0).all()):  # unit reads only (Parquet): one read per unit, no byte gaps
         new[1:] = ~same_shard
@@ -181,6 +185,28 @@ def coalesce_chunks(
             )
         )
     return out
+
+
+def _slot_windows(
+    datasets: np.ndarray, units: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+    positions: np.ndarray, max_bytes: int, chunk_size: int,
+) -> np.ndarray:  # fmt: skip
+    """Per pointer, the window of its chunk it may be read with: record samples of a
+    dataset whose chunk weighs more than ``max_bytes`` are only coalesced within windows of
+    about ``max_bytes`` of consecutive positions (``positions``: slots within the chunk).
+
+    A read then never spans more than a window of the curriculum, so whoever puts a chunk's
+    samples back in order holds about a window of them, not the chunk (large records). With
+    small records the chunk fits one window and reads are as before."""
+    windows = np.zeros(len(datasets), np.int64)
+    for d in distinct(datasets):
+        mask = (datasets == d) & (units < 0)
+        if not mask.any():
+            continue
+        mean = float((stops[mask] - starts[mask]).mean())
+        if mean * chunk_size > max_bytes:
+            windows[mask] = positions[mask] // max(1, int(max_bytes // max(mean, 1.0)))
+    return windows
 
 
 def _split_reads(
