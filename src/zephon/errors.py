@@ -23,6 +23,7 @@ __all__ = [
     "Throttled",
     "TransientStorageError",
     "TruncatedRead",
+    "Unreachable",
     "WorkerCrashed",
     "ZephonError",
     "first_error",
@@ -118,6 +119,12 @@ class ObjectChanged(StorageError):
 
 class TransientStorageError(StorageError):
     """A failure worth retrying: timeout, reset, 5xx. Raised to callers only after retries."""
+
+
+class Unreachable(TransientStorageError):
+    """No connection could be made (refused, unknown host, no route). Retried in full only
+    once the endpoint has answered before; an endpoint never reached fails within a second
+    (a wrong or forgotten ``endpoint_url`` should not cost a retry budget)."""
 
 
 class Throttled(TransientStorageError):

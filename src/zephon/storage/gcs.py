@@ -19,7 +19,13 @@ from urllib.parse import quote
 
 import aiohttp
 
-from zephon.errors import ConfigError, ObjectChanged, StorageError, TransientStorageError
+from zephon.errors import (
+    ConfigError,
+    ObjectChanged,
+    StorageError,
+    TransientStorageError,
+    Unreachable,
+)
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
 from zephon.storage.http_status import error_for_status, total_from_content_range
@@ -123,7 +129,8 @@ class GCSBackend:
             ) as resp:
                 return resp.status, resp.headers, await resp.read()
         except (aiohttp.ClientError, ConnectionError, OSError) as exc:
-            raise TransientStorageError(
+            kind = Unreachable if isinstance(exc, aiohttp.ClientConnectorError) else None
+            raise (kind or TransientStorageError)(
                 f"connection failed ({type(exc).__name__})", uri=uri
             ) from None
 

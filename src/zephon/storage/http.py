@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from zephon.errors import ConfigError, ObjectChanged, TransientStorageError
+from zephon.errors import ConfigError, ObjectChanged, TransientStorageError, Unreachable
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
 from zephon.storage.http_status import error_for_status, total_from_content_range
@@ -67,7 +67,8 @@ class HTTPBackend:
                 body = await resp.read() if method == "GET" else b""
                 return resp.status, resp.headers, body
         except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
-            raise TransientStorageError(
+            kind = Unreachable if isinstance(exc, aiohttp.ClientConnectorError) else None
+            raise (kind or TransientStorageError)(
                 f"connection failed ({type(exc).__name__})", uri=uri
             ) from None
 

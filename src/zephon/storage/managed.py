@@ -11,9 +11,11 @@ from typing import Any, TypeVar
 from zephon.errors import (
     ConfigError,
     ObjectChanged,
+    StorageError,
     Throttled,
     TransientStorageError,
     TruncatedRead,
+    Unreachable,
 )
 from zephon.refs import ObjectInfo
 from zephon.storage.base import Backend
@@ -24,6 +26,8 @@ from zephon.storage.stats import StorageStats
 __all__ = ["ManagedStorage"]
 
 T = TypeVar("T")
+
+UNREACHED_ATTEMPTS = 3  # for an endpoint that never answered and cannot be connected to
 
 
 class ManagedStorage:
@@ -51,6 +55,7 @@ class ManagedStorage:
         self.limits = limits or StorageLimits()
         self.retry = retry or RetryPolicy()
         self.stats = StorageStats()
+        self._reached = False  # has the endpoint ever answered?
         self.concurrency = AdaptiveConcurrency(
             self.limits.max_requests, min(self.limits.min_requests, self.limits.max_requests)
         )
@@ -133,13 +138,18 @@ class ManagedStorage:
                 return
 
     async def _retrying(self, uri: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt`` under the retry policy. An endpoint that has never answered gets
+        :data:`UNREACHED_ATTEMPTS` quick attempts when it cannot be reached at all."""
         policy = self.retry
         last: TransientStorageError | None = None
+        tried = 0
         for n in range(policy.max_attempts):
+            if isinstance(last, Unreachable) and not self._reached and n >= UNREACHED_ATTEMPTS:
+                break
             if n:
                 self.stats.retries += 1
                 await asyncio.sleep(policy.delay_s(n - 1))
-            started = time.monotonic()
+            started, tried = time.monotonic(), n + 1
             async with self.concurrency.gate.hold():
                 try:
                     async with asyncio.timeout(policy.attempt_timeout_s):
@@ -154,15 +164,23 @@ class ManagedStorage:
                     self.concurrency.on_throttle(started)
                     last = exc
                     continue
-                except TransientStorageError as exc:
+                except Unreachable as exc:
                     last = exc
                     continue
+                except TransientStorageError as exc:
+                    self._reached = True  # it answered, or a connection was made
+                    last = exc
+                    continue
+                except StorageError:
+                    self._reached = True
+                    raise
+            self._reached = True
             self.concurrency.on_success()
             self.stats.record(time.monotonic() - started, _size_of(result))
             return result
         self.stats.failures += 1
         assert last is not None
-        last.add_note(f"zephon: gave up after {policy.max_attempts} attempts")
+        last.add_note(f"zephon: gave up after {tried} attempts")
         raise last
 
 

@@ -13,6 +13,7 @@ import asyncio
 import re
 from contextlib import AsyncExitStack
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiobotocore.config import AioConfig
@@ -21,6 +22,7 @@ from botocore import UNSIGNED
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    EndpointConnectionError,
     NoCredentialsError,
     NoRegionError,
     ParamValidationError,
@@ -35,6 +37,7 @@ from zephon.errors import (
     StorageError,
     Throttled,
     TransientStorageError,
+    Unreachable,
     ZephonError,
     redact_uri,
 )
@@ -96,7 +99,10 @@ def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
         endpoint = _endpoint_of(exc)
         hint = (f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)"
                 if endpoint else "")  # fmt: skip
-        return TransientStorageError(f"connection failed{hint} ({type(exc).__name__})", uri=uri)
+        message = f"connection failed{hint} ({type(exc).__name__})"
+        if isinstance(exc, EndpointConnectionError | aiohttp.ClientConnectorError):
+            return Unreachable(message, uri=uri)
+        return TransientStorageError(message, uri=uri)
     if isinstance(exc, OSError):
         return TransientStorageError(f"I/O error ({type(exc).__name__})", uri=uri)
     raise exc
@@ -106,7 +112,8 @@ def _endpoint_of(exc: BaseException) -> str | None:
     """The endpoint a connection failure was trying to reach, where the error says it."""
     url = getattr(exc, "kwargs", {}).get("endpoint_url") if hasattr(exc, "kwargs") else None
     if url:
-        return redact_uri(str(url))
+        parts = urlsplit(str(url))  # the endpoint, not the request's path and query
+        return redact_uri(f"{parts.scheme}://{parts.netloc}" if parts.netloc else str(url))
     host, port = getattr(exc, "host", None), getattr(exc, "port", None)
     return f"{host}:{port}" if host else None
 

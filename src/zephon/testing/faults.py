@@ -2,7 +2,8 @@
 
 Each request draws one fault from a seeded generator: a ``503 SlowDown`` answer, a reset
 connection, a truncated body (either cut mid-stream under the full ``Content-Length``, or sent
-whole under a shortened one), or nothing. Every request can also be delayed. Counts of what was
+whole under a shortened one), or nothing. Unsigned requests can be refused with 403, as a
+private bucket refuses anonymous clients. Every request can also be delayed. Counts of what was
 injected are kept in :attr:`FaultProxy.injected`.
 """
 
@@ -25,6 +26,10 @@ _SLOWDOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message></Error>"
 )
+_DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>Access Denied</Message></Error>"
+)
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
@@ -37,6 +42,7 @@ class Faults:
     truncate_rate: float = 0.0
     latency_s: float = 0.0
     seed: int = 0
+    deny_anonymous: bool = False  # answer unsigned requests 403 AccessDenied, as a private bucket
 
 
 class FaultProxy:
@@ -79,6 +85,10 @@ class FaultProxy:
         f = self.faults
         if f.latency_s:
             await asyncio.sleep(f.latency_s)
+        signed = "Authorization" in request.headers or "X-Amz-Signature" in request.query
+        if f.deny_anonymous and not signed:
+            self.injected["denied"] += 1
+            return web.Response(status=403, body=_DENIED, content_type="application/xml")
         draw = self._rng.random()
         if draw < f.throttle_rate:
             self.injected["throttle"] += 1

@@ -79,19 +79,25 @@ class MotoServer:
     """moto's S3 server in a child process (its own interpreter, so it does not share our GIL).
 
     The child binds port 0 and reports the port it got; it exits when our end of its standard
-    input closes, so it cannot outlive the test run.
+    input closes, so it cannot outlive the test run. With ``enforce_auth`` moto checks
+    signatures and IAM policies from the first request (anonymous and unknown keys get 403).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, enforce_auth: bool = False) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self.endpoint: S3Endpoint | None = None
+        self.enforce_auth = enforce_auth
 
     def start(self) -> S3Endpoint:
+        env = dict(os.environ)
+        if self.enforce_auth:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "zephon.testing._moto_main"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            env=env,
         )
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
