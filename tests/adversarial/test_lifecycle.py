@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,31 @@ def test_a_base_exception_in_a_user_function_reaches_the_consumer(
         asyncio.run(consume())
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("processes", [0, 2])
+def test_os_exit_in_a_user_function(data: Path, processes: int) -> None:
+    """In the consumer's process it ends the process there and then, with its status; in a
+    worker it is a crash, reported as WorkerCrashed naming the stage."""
+    script = PRELUDE + (
+        "\nif __name__ == '__main__':\n"
+        "    ds = Dataset.from_path('a', sys.argv[1])\n"
+        "    ws = StaticMixtureWorkSource([ds], seed=1, shuffle='none')\n"
+        "    pipe = Pipeline(ws, rank=0, world_size=1, lanes=2)\n"
+        f"    for x in pipe.map(fns.die_on_7, processes={processes}):\n"
+        "        pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,
+                         text=True, timeout=30, env=env, cwd=ROOT)  # fmt: skip
+    assert "terminate called" not in out.stderr
+    if processes == 0:
+        assert out.returncode == 3, out.stderr
+    else:
+        assert out.returncode == 1
+        assert "WorkerCrashed" in out.stderr and "map#0" in out.stderr, out.stderr[-2000:]
+    assert "Unclosed" not in out.stderr, out.stderr
+
+
 KILL_SCRIPT = """
 import json, os, sys
 from tests import pipeline_fns as fns
@@ -191,3 +217,54 @@ def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path) -> None:
             pytest.fail(f"no exit within 15 s of SIGINT; stacks:\n{err[-6000:]}")
     assert child.returncode != 0 and "KeyboardInterrupt" in err
     assert "terminate called" not in err
+
+
+S3_SCRIPT = """
+import asyncio, json, sys, warnings
+from tests import pipeline_fns as fns
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+warnings.simplefilter("always")
+opts = json.loads(sys.argv[2])
+ds = Dataset.from_path("d", sys.argv[1], storage_options=opts)
+
+def pipe():
+    return Pipeline(StaticMixtureWorkSource([ds], seed=1), rank=0, world_size=1, lanes=2)
+
+for i, x in enumerate(pipe()):  # break
+    if i == 3:
+        break
+p = pipe(); it = iter(p); next(it); p.close()  # close() with a live iterator
+try:  # an error from an operator
+    for x in pipe().map(fns.fail_on_13):
+        pass
+except KeyError:
+    pass
+p = pipe(); it = iter(p); state = [next(it) for _ in range(5)] and p.checkpoint(); it.close()
+q = pipe(); q.restore(state); n = sum(1 for _ in q)  # a restore, run to the end
+
+async def early():
+    async for x in pipe():
+        break
+asyncio.run(early())
+print("done", n)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_no_warning_is_left_after_break_close_error_or_restore_on_s3(
+    s3_endpoint: Any, s3_bucket: str, tmp_path: Path
+) -> None:
+    client = s3_endpoint.client()
+    for s in range(3):
+        body = "".join(json.dumps({"id": s * 100 + i}) + "\n" for i in range(100))
+        client.put_object(Bucket=s3_bucket, Key=f"d/p{s}.jsonl", Body=body.encode())
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "always"}
+    out = subprocess.run([sys.executable, "-W", "always", "-c", S3_SCRIPT, f"s3://{s3_bucket}/d/",
+                          json.dumps(s3_endpoint.storage_options())], capture_output=True,
+                         text=True, timeout=50, env=env, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["done", "295"]
+    for sign in ("Unclosed", "Task was destroyed", "never awaited", "ResourceWarning"):
+        assert sign not in out.stderr, out.stderr[-3000:]

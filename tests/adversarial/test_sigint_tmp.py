@@ -1,0 +1,188 @@
+"""Lifecycle at the edges: a pipeline never keeps the interpreter alive.
+
+Each case is a real script in a child process that leaves a live iterator behind in a
+different way; it must exit within the timeout, with the status and traceback a script
+without Zephon would have, and never abort."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRELUDE = """
+import sys
+from tests import pipeline_fns as fns
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+def build(processes=0, lanes=1):
+    ds = Dataset.from_path("a", sys.argv[1])
+    ws = StaticMixtureWorkSource([ds], seed=1, stop_after_passes=None)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes)
+    return pipe.map(fns.double, processes=processes) if processes else pipe
+"""
+
+ENDINGS = {
+    # the usual training loop shape: a live iterator when the script ends
+    "live iterator at the end": ("it = iter(build(P, L)); next(it)", 0, None),
+    "uncaught exception": ("it = iter(build(P, L)); next(it)\nraise ValueError('user bug')", 1,
+                           "ValueError: user bug"),
+    "KeyboardInterrupt": ("it = iter(build(P, L)); next(it)\nraise KeyboardInterrupt", None,
+                          "KeyboardInterrupt"),
+    "sys.exit inside the loop": ("for x in build(P, L):\n    sys.exit(3)", 3, None),
+    "exception inside the loop": ("for x in build(P, L):\n    raise RuntimeError('in loop')", 1,
+                                  "RuntimeError: in loop"),
+    "two live iterators": ("a = iter(build(P, L)); next(a)\nb = iter(build(P, L)); next(b)", 0,
+                           None),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("lifecycle")
+    for s in range(2):
+        rows = (json.dumps({"id": s * 1000 + i, "text": "x" * 50}) for i in range(1000))
+        (root / f"p{s}.jsonl").write_text("\n".join(rows) + "\n")
+    return root
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("processes,lanes", [(0, 1), (0, 2), (2, 2)])
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_a_script_with_a_live_pipeline_exits_promptly(
+    data: Path, ending: str, processes: int, lanes: int
+) -> None:
+    body, code, message = ENDINGS[ending]
+    body = body.replace("P, L", f"{processes}, {lanes}")
+    script = PRELUDE + "\nif __name__ == '__main__':\n" + textwrap.indent(body, "    ") + "\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,
+                         text=True, timeout=15, env=env, cwd=ROOT)  # fmt: skip
+    assert "terminate called" not in out.stderr
+    assert "Traceback" not in out.stderr or message is not None, out.stderr
+    if code is not None:
+        assert out.returncode == code, out.stderr
+    else:
+        assert out.returncode != 0
+    if message is not None:
+        assert message in out.stderr
+    assert "Unclosed" not in out.stderr and "Task was destroyed" not in out.stderr, out.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("processes", [0, 2])
+@pytest.mark.parametrize("fn,kind", [("interrupt_on_13", KeyboardInterrupt),
+                                     ("exit_on_13", SystemExit)])  # fmt: skip
+def test_a_base_exception_in_a_user_function_reaches_the_consumer(
+    fn: str, kind: type[BaseException], processes: int
+) -> None:
+    import asyncio
+
+    from tests import pipeline_fns as fns
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    ds = Dataset.from_records("b", [{"id": i} for i in range(200)], samples_per_shard=50)
+
+    def build() -> Pipeline:
+        ws = StaticMixtureWorkSource([ds], shuffle="none")
+        return Pipeline(ws, rank=0, world_size=1, lanes=2).map(getattr(fns, fn), processes)
+
+    with pytest.raises(kind):  # sync: the loop thread must not die with it
+        list(build())
+
+    async def consume() -> None:
+        async for _ in build():
+            pass
+
+    with pytest.raises(kind):
+        asyncio.run(consume())
+
+
+KILL_SCRIPT = """
+import json, os, sys
+from tests import pipeline_fns as fns
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+ds = Dataset.from_path("a", sys.argv[1])
+pipe = (Pipeline(StaticMixtureWorkSource([ds], seed=9), rank=0, world_size=1, lanes=2)
+        .map(fns.double, processes=int(sys.argv[4])).shuffle(64).batch(8))
+state_file = sys.argv[2]
+mode = sys.argv[3]
+ids = []
+if mode == "resume":
+    saved = json.load(open(state_file))
+    pipe.restore(saved["state"])
+for step, batch in enumerate(pipe):
+    ids.extend(int(x) for x in batch["id"])
+    if mode == "run" and step % 5 == 4:  # a checkpoint every 5 steps, written atomically
+        with open(state_file + ".tmp", "w") as f:
+            json.dump({"state": pipe.checkpoint(), "ids": ids}, f)
+        os.replace(state_file + ".tmp", state_file)
+        print("saved", step, flush=True)
+print(json.dumps(ids), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("processes", [0, 2])
+def test_sigkill_mid_run_then_restore_equals_the_uninterrupted_run(
+    data: Path, tmp_path: Path, processes: int
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    state = str(tmp_path / "state.json")
+
+    def run(mode: str) -> list[int]:
+        out = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(data), state, mode,
+                              str(processes)], capture_output=True, text=True, timeout=60,
+                             env=env, cwd=ROOT, check=True)  # fmt: skip
+        return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    full = run("full")
+    with subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(data), state, "run",
+                           str(processes)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True, env=env, cwd=ROOT) as child:  # fmt: skip
+        assert child.stdout is not None
+        for line in child.stdout:  # wait for the third checkpoint, then kill without warning
+            if line.startswith("saved 14"):
+                child.send_signal(signal.SIGKILL)
+                break
+        child.wait(timeout=30)
+    saved = json.loads(Path(state).read_text())
+    assert saved["ids"] == full[: len(saved["ids"])]
+    assert saved["ids"] + run("resume") == full
+
+
+@pytest.mark.timeout(60)
+def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path) -> None:
+    import signal
+
+    script = PRELUDE + (
+        "\nif __name__ == '__main__':\n"
+        "    for i, x in enumerate(build(0, 2)):\n"
+        "        if i == 10:\n"
+        "            print('ready', flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-X", "faulthandler", "-c", script, str(data)]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen(cmd, text=True, env=env, cwd=ROOT, **pipes) as child:  # type: ignore[call-overload]
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGINT)
+        try:
+            _, err = child.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack
+            _, err = child.communicate(timeout=15)
+            pytest.fail(f"no exit within 15 s of SIGINT; stacks:\n{err[-6000:]}")
+    assert child.returncode != 0 and "KeyboardInterrupt" in err
+    assert "terminate called" not in err
