@@ -56,6 +56,25 @@ def write_compressed_jsonl(root: Path) -> list[dict[str, Any]]:
     return a + b
 
 
+def write_more_compressed_jsonl(root: Path) -> list[dict[str, Any]]:
+    """bz2 and xz shards, and the concatenated streams parallel compressors write (pigz-style
+    gzip members, zstd frames, pbzip2-style bz2 streams)."""
+    import bz2
+    import lzma
+
+    root.mkdir(parents=True, exist_ok=True)
+    parts = [records(n, seed=20 + n) for n in (31, 17, 25, 12, 9)]
+    raw = ["".join(json.dumps(r) + "\n" for r in p).encode() for p in parts]
+    (root / "a.jsonl.bz2").write_bytes(bz2.compress(raw[0]))
+    (root / "b.jsonl.xz").write_bytes(lzma.compress(raw[1]))
+    half = len(raw[2]) // 2  # a member boundary inside a line
+    (root / "c.jsonl.gz").write_bytes(gzip.compress(raw[2][:half]) + gzip.compress(raw[2][half:]))
+    z = zstandard.ZstdCompressor()
+    (root / "d.jsonl.zst").write_bytes(z.compress(raw[3][:100]) + z.compress(raw[3][100:]))
+    (root / "e.json.bz2").write_bytes(bz2.compress(raw[4][:50]) + bz2.compress(raw[4][50:]))
+    return [r for p in parts for r in p]
+
+
 def write_parquet(root: Path, shards: int = 3) -> list[dict[str, Any]]:
     root.mkdir(parents=True, exist_ok=True)
     expected: list[dict[str, Any]] = []

@@ -17,6 +17,7 @@ from tests.formatdata import (
     FIXTURES,
     write_compressed_jsonl,
     write_jsonl,
+    write_more_compressed_jsonl,
     write_parquet,
     write_webdataset,
 )
@@ -26,10 +27,16 @@ from zephon.errors import FormatError
 WRITERS: dict[str, Callable[[Path], Any]] = {
     "jsonl": lambda root: write_jsonl(root, shards=1, per_shard=40),
     "jsonl-gz-zst": write_compressed_jsonl,
+    "jsonl-bz2-xz": write_more_compressed_jsonl,
     "parquet": lambda root: write_parquet(root, shards=1),
     "webdataset": lambda root: write_webdataset(root, shards=1, per_shard=10),
     "mds": lambda root: shutil.copytree(FIXTURES / "mds", root),
     "litdata": lambda root: shutil.copytree(FIXTURES / "litdata", root),
+    "mds-zstd": lambda root: shutil.copytree(FIXTURES / "mds-zstd", root),
+    "mds-snappy": lambda root: shutil.copytree(FIXTURES / "mds-snappy", root),
+    "litdata-zstd": lambda root: shutil.copytree(FIXTURES / "litdata-zstd", root),
+    "litdata-zstd-chunk": lambda root: shutil.copytree(FIXTURES / "litdata-zstd-chunk", root),
+    "litdata-zstd-sample": lambda root: shutil.copytree(FIXTURES / "litdata-zstd-sample", root),
 }
 
 Damage = tuple[str, float, int]

@@ -21,6 +21,7 @@ from tests.formatdata import (
     to_jsonable,
     write_compressed_jsonl,
     write_jsonl,
+    write_more_compressed_jsonl,
     write_parquet,
     write_webdataset,
 )
@@ -97,6 +98,16 @@ async def test_compressed_jsonl(location: Location, tmp_path: Path) -> None:
     assert await read_all(ds) == expected
 
 
+async def test_bz2_xz_and_concatenated_streams(location: Location, tmp_path: Path) -> None:
+    base, options, upload = location
+    expected = write_more_compressed_jsonl(tmp_path / "src")
+    await upload(tmp_path / "src")
+    ds = await Dataset.afrom_path("z", base, storage_options=options)
+    assert ds.format == "jsonl"
+    assert [s.num_samples for s in ds.shards] == [31, 17, 25, 12, 9]
+    assert await read_all(ds) == expected
+
+
 async def test_parquet(location: Location, tmp_path: Path) -> None:
     base, options, upload = location
     expected = write_parquet(tmp_path / "src")
@@ -138,12 +149,27 @@ async def test_webdataset(location: Location, tmp_path: Path) -> None:
     assert await read_all(ds) == expected
 
 
-@pytest.mark.parametrize("fixture", ["mds", "litdata"])
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "mds",
+        "litdata",
+        "mds-zstd",
+        "mds-gz",
+        "mds-bz2",
+        "mds-br",
+        "mds-snappy",
+        "litdata-zstd",
+        "litdata-zstd-chunk",
+        "litdata-zstd-sample",
+    ],
+)
 async def test_real_writer_fixtures(location: Location, fixture: str) -> None:
     base, options, upload = location
     await upload(FIXTURES / fixture)
     ds = await Dataset.afrom_path(fixture, base, storage_options=options)
-    assert ds.format == fixture
+    assert ds.format == fixture.split("-")[0]
+    assert ds.discovery_stats.requests <= 3 + len(ds.shards)  # compressed: metadata only
     expected = reference(fixture)
     assert ds.num_samples == len(expected)
     assert to_jsonable(await read_all(ds)) == expected

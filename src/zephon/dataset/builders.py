@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from zephon.errors import FormatError, first_error
 from zephon.formats import jsonl, parquet, records, webdataset
+from zephon.formats.compression import StreamDecompressor, stream_kind
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.refs import ObjectInfo
 from zephon.storage import ManagedStorage
@@ -53,11 +54,11 @@ async def build_jsonl(
     storage: ManagedStorage, info: ObjectInfo, dataset: str
 ) -> RecordIndex | StreamIndex:
     indexer = jsonl.LineIndexer()
-    kind = jsonl.compression_of(info.uri)
+    kind = stream_kind(info.uri)
     if kind is None:
         await scan_object(storage, info, indexer.feed)
         return RecordIndex(indexer.finish())
-    decompress = jsonl.decompressor(kind)
+    decompress = StreamDecompressor(kind)
 
     def feed(data: bytes) -> None:
         indexer.feed(decompress.feed(data))

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex, index_from_bytes
+from zephon.formats.index import (
+    RecordIndex,
+    RowGroupIndex,
+    StreamIndex,
+    WholeIndex,
+    index_from_bytes,
+)
 
 __all__ = [
     "PERSISTENT_INDEX_NAME",
@@ -30,7 +36,7 @@ __all__ = [
 PERSISTENT_INDEX_NAME = "_zephon_index.json"
 _PERSISTENT_VERSION = 1
 
-AnyIndex = RecordIndex | RowGroupIndex | StreamIndex
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex
 
 
 def default_cache_dir() -> Path:

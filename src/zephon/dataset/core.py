@@ -20,7 +20,7 @@ from zephon.dataset.cache import (
 from zephon.dataset.discover import Discovered, DiscoveryStats, discover
 from zephon.errors import ConfigError, redact_uri
 from zephon.formats.blob import Blob
-from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
+from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex, WholeIndex
 from zephon.refs import ShardInfo
 from zephon.storage import ManagedStorage, MemoryStore, RetryPolicy, StorageLimits, open_storage
 
@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 __all__ = ["Dataset"]
 
-AnyIndex = RecordIndex | RowGroupIndex | StreamIndex
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex
 _COALESCE_GAP_BYTES = 64 * 1024
 
 

@@ -26,7 +26,7 @@ from zephon.dataset.names import format_of, natural_key
 from zephon.dataset.names import not_a_shard as _hidden
 from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
 from zephon.formats import parquet as parquet_format
-from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
+from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex, WholeIndex
 from zephon.formats.jsonl import JsonlCodec
 from zephon.formats.litdata import LitDataCodec, parse_litdata_index
 from zephon.formats.mds import MdsCodec, parse_mds_index
@@ -40,7 +40,7 @@ from zephon.storage.uri import canonical, scheme_of
 __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
 
 FORMATS = ("jsonl", "parquet", "mds", "webdataset", "litdata")
-AnyIndex = RecordIndex | RowGroupIndex | StreamIndex
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex
 _GLOB = re.compile(r"[*?\[]")
 _SHARD_CONCURRENCY = 32
 
@@ -220,6 +220,10 @@ async def _stat_members(
     return [found[u] for u in uris]
 
 
+async def _whole_index(count: int, size_bytes: int, raw_bytes: int, codec: str) -> WholeIndex:
+    return WholeIndex(count, size_bytes, raw_bytes, codec)
+
+
 async def _indexed_format(
     ctx: _Context,
     fmt: str,
@@ -243,39 +247,40 @@ async def _indexed_format(
         try:
             if fmt == "mds":
                 specs = parse_mds_index(raw)
-                compressed = [s.basename for s in specs if s.compressed]
-                if compressed:
-                    raise ValueError(
-                        f"compressed MDS shards ({compressed[0]}, ...) are not supported; "
-                        "write the dataset without compression"
-                    )
                 names = [s.basename for s in specs]
                 counts = [s.num_samples for s in specs]
                 meta = {
                     "columns": {
                         s.basename: [s.column_names, s.column_encodings, s.column_sizes]
                         for s in specs
-                    }
+                    },
+                    "compressed": {
+                        s.basename: [s.compression, s.raw_bytes] for s in specs if s.compression
+                    },
                 }
             else:
                 chunks, config = parse_litdata_index(raw)
                 names = [c[0] for c in chunks]
                 counts = [c[1] for c in chunks]
                 meta = {"config": config}
+                if config.get("compression"):
+                    meta["compressed"] = {c[0]: [config["compression"], c[2]] for c in chunks}
         except ValueError as exc:
             raise FormatError(str(exc), dataset=ctx.name, uri=index_json.uri) from None
     named_by = index_json.uri if index_json is not None else ctx.root + PERSISTENT_INDEX_NAME
     infos = await _stat_members(ctx, names, listed, named_by)
+    compressed = meta.get("compressed", {})
+
+    def builder(name: str, info: ObjectInfo, count: int) -> Callable[[], Awaitable[AnyIndex]]:
+        if name in compressed:  # read whole when used: nothing to read now
+            codec, raw_bytes = compressed[name]
+            return functools.partial(_whole_index, count, info.size_bytes, raw_bytes, codec)
+        return functools.partial(build_records, ctx.storage, info, ctx.name, count)
+
     indexes = await _bounded(
         [
-            functools.partial(
-                _index_for,
-                ctx,
-                info,
-                fmt,
-                functools.partial(build_records, ctx.storage, info, ctx.name, count),
-            )
-            for info, count in zip(infos, counts, strict=True)
+            functools.partial(_index_for, ctx, info, fmt, builder(name, info, count))
+            for name, info, count in zip(names, infos, counts, strict=True)
         ]
     )
     if fmt == "mds":
@@ -319,8 +324,8 @@ def _detect(
         )
     if not found:
         raise FormatError(
-            "unknown format: no index.json and no .jsonl/.json(.gz/.zst), .parquet or .tar "
-            "shards; pass format=",
+            "unknown format: no index.json and no .jsonl/.json (optionally .gz/.zst/.bz2/.xz), "
+            ".parquet or .tar shards; pass format=",
             dataset=ctx.name,
             uri=ctx.root,
         )

@@ -8,8 +8,9 @@ from typing import Any
 
 __all__ = ["basename", "format_of", "natural_key", "not_a_shard"]
 
+_JSONL_COMPRESSIONS = ("", ".gz", ".zst", ".zstd", ".bz2", ".xz")
 _EXTENSIONS = {
-    "jsonl": (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".jsonl.zstd", ".json.zst"),
+    "jsonl": tuple(f"{base}{z}" for base in (".jsonl", ".json") for z in _JSONL_COMPRESSIONS),
     "parquet": (".parquet", ".pq"),
     "webdataset": (".tar",),
 }

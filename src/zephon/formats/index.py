@@ -9,6 +9,9 @@ Three shapes cover every format:
   chunks of the selected columns are read (Parquet).
 - :class:`StreamIndex`: the shard is compressed as a whole (``.jsonl.gz``, ``.zst``); the read
   unit is the whole shard, and ``offsets`` are positions in the decompressed stream.
+- :class:`WholeIndex`: a record shard compressed as a whole (MDS ``zip_data``, LitData
+  ``.zstd.bin``): read whole, decompressed, and its own header says where samples lie. Known
+  from the dataset's index file alone (sample count, sizes, codec), so discovery reads nothing.
 
 Indexes serialise to compact bytes (``to_bytes``/``from_bytes``) for the local index cache and
 for persistent indexes written by ``zephon index``.
@@ -23,9 +26,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RecordIndex", "RowGroupIndex", "ShardIndex", "StreamIndex", "index_from_bytes"]
+__all__ = [
+    "RecordIndex",
+    "RowGroupIndex",
+    "ShardIndex",
+    "StreamIndex",
+    "WholeIndex",
+    "index_from_bytes",
+]
 
-ShardIndex = "RecordIndex | RowGroupIndex | StreamIndex"
+ShardIndex = "RecordIndex | RowGroupIndex | StreamIndex | WholeIndex"
 
 _MAGIC = b"ZIX1"
 
@@ -144,7 +154,34 @@ class StreamIndex:
         )
 
 
-def index_from_bytes(data: bytes) -> RecordIndex | RowGroupIndex | StreamIndex:
+@dataclass(frozen=True, eq=False)
+class WholeIndex:
+    """A record shard of ``count`` samples compressed as a whole with ``codec`` into
+    ``size_bytes`` (``raw_bytes`` decompressed). Sample sizes are estimated as equal until the
+    shard is read; the codec finds the true offsets in the decompressed header."""
+
+    count: int
+    size_bytes: int
+    raw_bytes: int
+    codec: str
+
+    @property
+    def num_samples(self) -> int:
+        return self.count
+
+    def sample_nbytes(self) -> np.ndarray:
+        return np.full(self.count, self.raw_bytes / max(1, self.count))
+
+    def span(self, start: int, stop: int) -> list[tuple[int, int]]:
+        return [(0, self.size_bytes)]
+
+    def to_bytes(self) -> bytes:
+        meta = {"count": self.count, "size_bytes": self.size_bytes, "raw_bytes": self.raw_bytes,
+                "codec": self.codec}  # fmt: skip
+        return _pack("whole", meta, {})
+
+
+def index_from_bytes(data: bytes) -> RecordIndex | RowGroupIndex | StreamIndex | WholeIndex:
     """Inverse of ``to_bytes`` of any index. Raises ``ValueError`` on foreign or corrupt bytes."""
     try:
         kind, meta, arrays = _unpack(data)
@@ -161,4 +198,7 @@ def index_from_bytes(data: bytes) -> RecordIndex | RowGroupIndex | StreamIndex:
         )
     if kind == "stream":
         return StreamIndex(arrays["offsets"], int(str(meta["size_bytes"])))
+    if kind == "whole":
+        return WholeIndex(int(str(meta["count"])), int(str(meta["size_bytes"])),
+                          int(str(meta["raw_bytes"])), str(meta["codec"]))  # fmt: skip
     raise ValueError(f"unknown shard index kind {kind!r}")

@@ -1,4 +1,4 @@
-"""JSON Lines: one JSON object per line; plain, gzip or zstd compressed.
+"""JSON Lines: one JSON object per line; plain, or compressed as a whole (gzip, zstd, bz2, xz).
 
 The index of a plain shard holds the byte offset of every non-blank line (blank lines join the
 span of the line before them, which ``json.loads`` ignores as whitespace), so any run of lines is
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import zlib
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,52 +17,14 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
+from zephon.formats.compression import Inflated, StreamDecompressor, stream_kind
 from zephon.formats.index import RecordIndex, StreamIndex
 from zephon.refs import ShardInfo
 
-__all__ = ["JsonlCodec", "LineIndexer", "compression_of", "decompressor"]
+__all__ = ["JsonlCodec", "LineIndexer"]
 
-_INFLATED_KEEP = 4
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\r\n\f\v")] = True
-
-
-def compression_of(uri: str) -> str | None:
-    """``"gzip"``, ``"zstd"`` or ``None`` from the shard's extension."""
-    if uri.endswith(".gz"):
-        return "gzip"
-    if uri.endswith((".zst", ".zstd")):
-        return "zstd"
-    return None
-
-
-class _Decompressor:
-    """Incremental decompression; every failure of the codec surfaces as ``ValueError``."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        if kind == "gzip":
-            self._obj: Any = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
-        else:
-            import zstandard
-
-            self._obj = zstandard.ZstdDecompressor().decompressobj()
-
-    def feed(self, data: bytes) -> bytes:
-        try:
-            return bytes(self._obj.decompress(data))
-        except Exception as exc:  # zlib.error, zstandard.ZstdError: the codec's own errors
-            raise ValueError(f"corrupt {self.kind} stream ({type(exc).__name__})") from None
-
-    def finish(self) -> None:
-        """Raise ``ValueError`` if the stream stopped before its end marker."""
-        if not getattr(self._obj, "eof", True):
-            raise ValueError(f"truncated {self.kind} stream")
-
-
-def decompressor(kind: str) -> _Decompressor:
-    """An incremental decompressor for ``gzip`` or ``zstd``."""
-    return _Decompressor(kind)
 
 
 class LineIndexer:
@@ -127,7 +87,7 @@ class JsonlCodec:
 
     def __init__(self, dataset: str) -> None:
         self.dataset = dataset
-        self._inflated: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self._inflated = Inflated()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"dataset": self.dataset}
@@ -136,20 +96,18 @@ class JsonlCodec:
         self.__init__(state["dataset"])  # type: ignore[misc]
 
     def _inflate(self, shard: ShardInfo, blob: Blob) -> bytes:
-        # A compressed shard is decoded by every chunk that draws from it: keep the last few.
-        key = (shard.uri, shard.version)
-        raw = self._inflated.get(key)
-        if raw is None:
-            kind = compression_of(shard.uri) or "gzip"
+        """The shard decompressed (once for every read that draws from it)."""
+
+        def inflate() -> bytes:
             try:
-                stream = decompressor(kind)
+                stream = StreamDecompressor(stream_kind(shard.uri) or "gzip")
                 raw = stream.feed(bytes(blob.slice(0, shard.size_bytes)))
                 stream.finish()
             except ValueError as exc:
                 raise FormatError(str(exc), dataset=self.dataset, uri=shard.uri) from None
-            self._inflated[key] = raw
-            while len(self._inflated) > _INFLATED_KEEP:
-                self._inflated.popitem(last=False)
+            return raw
+
+        raw: bytes = self._inflated.get((shard.uri, shard.version), inflate)
         return raw
 
     @staticmethod

@@ -10,6 +10,7 @@ bytes. ``pickle`` is refused unless ``allow_pickle=True``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import struct
@@ -20,10 +21,76 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
-from zephon.formats.index import RecordIndex
+from zephon.formats.compression import MDS_CODECS, Inflated
+from zephon.formats.index import RecordIndex, WholeIndex
+from zephon.formats.records import inflate_records
 from zephon.refs import ShardInfo
 
-__all__ = ["LitDataCodec", "parse_litdata_index"]
+__all__ = ["LITDATA_CODECS", "LitDataCodec", "parse_litdata_index"]
+
+_FRAMED_MAGIC = b"LDFZ01\0\0"
+_FRAMED_PREFIX = struct.Struct("<8sHHIII")  # magic, version, flags, items, rows/frame, frames
+_FRAMED_ENTRY = struct.Struct("<IIQII")  # first item, items, offset, length, raw length
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _classic(items: list[bytes]) -> bytes:
+    """A classic chunk (``n``, absolute offsets, items) of ``items``."""
+    n = len(items)
+    sizes = np.array([len(x) for x in items], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))) + 4 * (n + 2)
+    if offsets[-1] >= 1 << 32:
+        raise ValueError("decompressed chunk over 4 GiB")
+    return struct.pack("<I", n) + offsets.astype("<u4").tobytes() + b"".join(items)
+
+
+def _zstd_frame(data: bytes, raw_length: int | None = None) -> bytes:
+    out = MDS_CODECS["zstd"](data)
+    if raw_length is not None and len(out) != raw_length:
+        raise ValueError(f"a zstd frame gave {len(out)} bytes, its table says {raw_length}")
+    return out
+
+
+def _inflate_chunk(data: bytes) -> bytes:
+    """A zstd-compressed LitData chunk as a classic one, whichever ``compression_level``
+    wrote it: ``chunk`` (the file is one zstd stream), ``batch`` (``LDFZ01`` framed: a table of
+    zstd frames of consecutive items) or ``sample`` (a classic header over one zstd frame per
+    item)."""
+    if data[:4] == _ZSTD_MAGIC:
+        return _zstd_frame(data)
+    if data[:8] == _FRAMED_MAGIC:
+        _, version, _, n, _, frames = _FRAMED_PREFIX.unpack_from(data, 0)
+        if version != 1:
+            raise ValueError(f"framed LitData chunk version {version}, expected 1")
+        rel = np.frombuffer(data, np.uint32, n + 1, _FRAMED_PREFIX.size).astype(np.int64)
+        table = _FRAMED_PREFIX.size + 4 * (n + 1)
+        parts = []
+        for f in range(frames):
+            _, _, at, length, raw = _FRAMED_ENTRY.unpack_from(data, table + f * _FRAMED_ENTRY.size)
+            if at + length > len(data):
+                raise ValueError("a zstd frame runs past the end of the chunk")
+            parts.append(_zstd_frame(data[at : at + length], raw))
+        body = b"".join(parts)
+        if len(body) != rel[-1] or np.any(np.diff(rel) < 0):
+            raise ValueError("the frames do not match the chunk's item offsets")
+        return _classic([body[a:b] for a, b in zip(rel[:-1].tolist(), rel[1:].tolist(),
+                                                       strict=True)])  # fmt: skip
+    (n,) = struct.unpack_from("<I", data, 0)
+    offsets = np.frombuffer(data, np.uint32, n + 1, 4).astype(np.int64).tolist()
+    if offsets[-1] > len(data) or any(b < a for a, b in itertools.pairwise(offsets)):
+        raise ValueError("item offsets out of order or past the end of the chunk")
+    return _classic([_zstd_frame(data[a:b]) for a, b in itertools.pairwise(offsets)])
+
+
+def _inflate(data: bytes) -> bytes:
+    try:
+        return _inflate_chunk(data)
+    except struct.error as exc:
+        raise ValueError(f"truncated chunk ({exc})") from None
+
+
+# LitData compresses chunks with zstd (``optimize(compression="zstd")``), at any level.
+LITDATA_CODECS: dict[str, Callable[[bytes], bytes]] = {"zstd": _inflate}
 
 # LitData's dtype tables (litdata/constants.py): numbering is part of the on-disk format.
 _NUMPY_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
@@ -35,22 +102,25 @@ _TORCH_DTYPES = {0: "float32", 1: "float32", 2: "float64", 3: "float64", 4: "com
                  17: "int64", 18: "int64", 19: "bool", 20: "uint16"}  # fmt: skip
 
 
-def parse_litdata_index(data: bytes) -> tuple[list[tuple[str, int]], dict[str, Any]]:
-    """``([(chunk filename, samples)], config)`` of a LitData ``index.json``.
+def parse_litdata_index(data: bytes) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
+    """``([(chunk filename, samples, bytes uncompressed)], config)`` of a LitData
+    ``index.json``.
 
-    Raises ``ValueError`` if it is not one or uses features Zephon cannot read by range.
+    Raises ``ValueError`` if it is not one or uses features Zephon cannot read.
     """
     try:
         obj = json.loads(data)
         config = obj["config"]
-        chunks = [(str(c["filename"]), int(c["chunk_size"])) for c in obj["chunks"]]
+        chunks = [(str(c["filename"]), int(c["chunk_size"]), int(c.get("chunk_bytes") or 0))
+                  for c in obj["chunks"]]  # fmt: skip
         data_format = list(config["data_format"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"not a LitData index.json ({type(exc).__name__}: {exc})") from None
-    if config.get("compression"):
-        raise ValueError(
-            f"LitData chunks compressed with {config['compression']!r} cannot be read by range"
-        )
+    compression = config.get("compression")
+    if compression and str(compression).split(":", 1)[0] not in LITDATA_CODECS:
+        raise ValueError(f"LitData compression {compression!r} is not supported "
+                         f"(known: {sorted(LITDATA_CODECS)})")  # fmt: skip
+
     if config.get("encryption"):
         raise ValueError("encrypted LitData chunks are not supported")
     if config.get("item_loader", "PyTreeLoader") != "PyTreeLoader":
@@ -143,6 +213,7 @@ class LitDataCodec:
         self.dataset = dataset
         self.config = config
         self.allow_pickle = allow_pickle
+        self._inflated = Inflated()
         try:
             self._setup()
         except (ValueError, KeyError, IndexError) as exc:
@@ -159,11 +230,16 @@ class LitDataCodec:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._inflated = Inflated()
         self._setup()
 
     def decode(
-        self, shard: ShardInfo, index: RecordIndex, blob: Blob, samples: Sequence[int]
-    ) -> list[Any]:
+        self, shard: ShardInfo, index: RecordIndex | WholeIndex, blob: Blob,
+        samples: Sequence[int],
+    ) -> list[Any]:  # fmt: skip
+        if isinstance(index, WholeIndex):
+            index, blob = inflate_records(shard, index, blob, self._inflated, LITDATA_CODECS,
+                                          self.dataset)  # fmt: skip
         out = []
         n = len(self._decoders)
         for i in samples:

@@ -20,7 +20,9 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
-from zephon.formats.index import RecordIndex
+from zephon.formats.compression import MDS_CODECS, Inflated
+from zephon.formats.index import RecordIndex, WholeIndex
+from zephon.formats.records import inflate_records
 from zephon.refs import ShardInfo
 
 __all__ = ["MdsCodec", "MdsShardSpec", "parse_mds_index"]
@@ -44,12 +46,20 @@ class MdsShardSpec:
                 f"unsupported MDS shard entry (format {entry.get('format')!r}, "
                 f"version {entry.get('version')!r}; expected 'mds', 2)"
             )
-        self.basename: str = entry["raw_data"]["basename"]
         self.num_samples: int = int(entry["samples"])
         self.column_names: list[str] = list(entry["column_names"])
         self.column_encodings: list[str] = list(entry["column_encodings"])
         self.column_sizes: list[int | None] = list(entry["column_sizes"])
-        self.compressed = bool(entry.get("compression"))
+        self.compression: str | None = entry.get("compression") or None
+        self.raw_bytes = int(entry["raw_data"].get("bytes") or 0)
+        if self.compression is not None:  # the shard as written is its zip_data
+            name = self.compression.split(":", 1)[0]
+            if name not in MDS_CODECS:
+                raise ValueError(f"unknown MDS compression {self.compression!r} "
+                                 f"(known: {sorted(MDS_CODECS)})")  # fmt: skip
+            self.basename: str = entry["zip_data"]["basename"]
+        else:
+            self.basename = entry["raw_data"]["basename"]
 
 
 def parse_mds_index(data: bytes) -> list[MdsShardSpec]:
@@ -143,6 +153,7 @@ class MdsCodec:
         self.columns = columns
         self.allow_pickle = allow_pickle
         self._decoders: dict[tuple[str, ...], list[Callable[[memoryview], Any]]] = {}
+        self._inflated = Inflated()
         for uri, (_, encodings, _) in columns.items():
             try:
                 self._decoders_for(encodings)
@@ -161,10 +172,15 @@ class MdsCodec:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._decoders = {}
+        self._inflated = Inflated()
 
     def decode(
-        self, shard: ShardInfo, index: RecordIndex, blob: Blob, samples: Sequence[int]
-    ) -> list[dict[str, Any]]:
+        self, shard: ShardInfo, index: RecordIndex | WholeIndex, blob: Blob,
+        samples: Sequence[int],
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        if isinstance(index, WholeIndex):
+            index, blob = inflate_records(shard, index, blob, self._inflated, MDS_CODECS,
+                                          self.dataset)  # fmt: skip
         names, encodings, sizes = self.columns[shard.uri]
         decoders = self._decoders_for(encodings)
         out = []

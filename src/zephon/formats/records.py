@@ -2,15 +2,22 @@
 
 Both begin with ``uint32 n`` and ``uint32 offsets[n + 1]`` (absolute offsets in the shard), so
 the header of a shard with ``n`` samples is exactly ``4 * (n + 2)`` bytes: one range read.
+A shard compressed as a whole (:class:`WholeIndex`) is the same layout once decompressed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from zephon.formats.index import RecordIndex
+from zephon.errors import FormatError
+from zephon.formats.blob import Blob
+from zephon.formats.compression import Inflated, decompress_whole
+from zephon.formats.index import RecordIndex, WholeIndex
+from zephon.refs import ShardInfo
 
-__all__ = ["header_bytes", "parse_offsets_header"]
+__all__ = ["header_bytes", "inflate_records", "parse_offsets_header"]
 
 
 def header_bytes(num_samples: int) -> int:
@@ -31,3 +38,22 @@ def parse_offsets_header(data: bytes, num_samples: int, shard_size: int) -> Reco
     if num_samples and (np.any(np.diff(offsets) < 0) or offsets[-1] > shard_size):
         raise ValueError("sample offsets in the shard header are out of order or past its end")
     return RecordIndex(offsets)
+
+
+def inflate_records(
+    shard: ShardInfo, index: WholeIndex, blob: Blob, inflated: Inflated,
+    codecs: dict[str, Callable[[bytes], bytes]], dataset: str,
+) -> tuple[RecordIndex, Blob]:  # fmt: skip
+    """A compressed record shard as an uncompressed one: its offsets and its bytes,
+    decompressed once per shard (``inflated`` keeps the last few)."""
+
+    def inflate() -> tuple[RecordIndex, Blob]:
+        try:
+            raw = decompress_whole(index.codec, bytes(blob.slice(0, shard.size_bytes)), codecs)
+            return parse_offsets_header(raw, index.count, len(raw)), Blob([(0, raw)])
+        except ValueError as exc:
+            raise FormatError(f"compressed shard: {exc}", dataset=dataset,
+                              uri=shard.uri) from None  # fmt: skip
+
+    out: tuple[RecordIndex, Blob] = inflated.get((shard.uri, shard.version), inflate)
+    return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephon.errors import ConfigError
+from zephon.formats.index import StreamIndex, WholeIndex
 from zephon.plan import StaticMixtureWorkSource
 from zephon.storage import RetryPolicy, StorageLimits
 
@@ -170,6 +171,13 @@ class PipelineSpec:
             f"  -> decode ({decode})",
         ]
         lines += [f"  -> {step.label()}" for step in self.steps]
+        for d in ws.datasets:
+            whole = sum(1 for index in d.indexes if isinstance(index, StreamIndex | WholeIndex))
+            if whole:
+                lines.append(
+                    f"note: {d.name}: {whole} of {len(d.indexes)} shards are compressed as a "
+                    "whole; each is one read of the whole shard, decompressed once per process"
+                )
         order = "round-robin" if self.deterministic else "completion order"
         lines.append(
             f"merge lanes ({order}) -> prefetch({self.prefetch_blocks} blocks) -> consumer"

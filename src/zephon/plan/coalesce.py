@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.arrays import distinct, in_order
-from zephon.formats.index import RowGroupIndex, StreamIndex
+from zephon.formats.index import RowGroupIndex, StreamIndex, WholeIndex
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
@@ -106,7 +106,7 @@ def coalesce_chunks(
             layout = manifest.layouts[shard]
             if isinstance(layout, RowGroupIndex):
                 units[at] = np.searchsorted(layout.row_starts, samples[at], side="right") - 1
-            elif isinstance(layout, StreamIndex):
+            elif isinstance(layout, StreamIndex | WholeIndex):
                 units[at] = 0
             else:
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
