@@ -208,13 +208,28 @@ def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path, processes
         assert child.stdout.readline().strip() == "ready"
         os.killpg(child.pid, signal.SIGINT)
         try:
-            _, err = child.communicate(timeout=30)
+            _, err = child.communicate(timeout=30)  # EOF once the workers are gone too
         except subprocess.TimeoutExpired:
             child.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack
             _, err = child.communicate(timeout=15)
             pytest.fail(f"no exit within 30 s of SIGINT; stacks:\n{err[-6000:]}")
     assert child.returncode != 0 and "KeyboardInterrupt" in err
     assert "terminate called" not in err
+    assert _live_in_group(child.pid) == []  # no worker, forkserver or tracker left behind
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that are still running (zombies, dead but not yet reaped
+    by init, do not count)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
 
 
 S3_SCRIPT = """

@@ -4,12 +4,20 @@ Work goes in batches (one call per block, not per sample). Workers start with ``
 where available (``spawn`` elsewhere), never ``fork``: the event loop's threads would be copied
 into children in an undefined state. A worker that dies (killed, out of memory) breaks the pool;
 that surfaces as :class:`~zephon.errors.WorkerCrashed`, never as a hang.
+
+Workers ignore SIGINT: Ctrl-C signals the whole process group, and the pipeline's owner (the
+consumer's process) is the one to stop them. A worker interrupted mid-task would break the
+pool in ways ``concurrent.futures`` does not always survive (its manager thread can die and
+leave a worker that nobody stops, which then keeps the interpreter from exiting). Shutdown is
+bounded: workers still alive after it are terminated, then killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -20,6 +28,12 @@ from zephon.errors import WorkerCrashed
 __all__ = ["WorkerPool"]
 
 T = TypeVar("T")
+
+SHUTDOWN_TIMEOUT_S = 5.0  # then stragglers are terminated
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -36,7 +50,9 @@ class WorkerPool:
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.processes, mp_context=_context())
+            self._executor = ProcessPoolExecutor(
+                self.processes, mp_context=_context(), initializer=_ignore_sigint
+            )
         return self._executor
 
     async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
@@ -55,7 +71,25 @@ class WorkerPool:
             return ()
         return list(self._executor._processes)
 
-    def shutdown(self) -> None:
-        if self._executor is not None:
-            executor, self._executor = self._executor, None
-            executor.shutdown(wait=True, cancel_futures=True)
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Stop the workers: asked to exit, waited for up to ``timeout_s``, then terminated."""
+        if self._executor is None:
+            return
+        executor, self._executor = self._executor, None
+        workers = list((executor._processes or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout_s
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        stragglers = [w for w in workers if w.is_alive()]
+        for worker in stragglers:
+            worker.terminate()
+        for worker in stragglers:
+            worker.join(1.0)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(1.0)
+        if stragglers:  # nobody will drain the queue of work to them: do not wait on it
+            queue = getattr(executor, "_call_queue", None)
+            if queue is not None:
+                queue.cancel_join_thread()
