@@ -4,8 +4,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+AZURITE := .npm-tools/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint typecheck bench fixtures clean
+.PHONY: demo test lint typecheck bench fixtures azurite clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,7 +19,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/zephon demo
 
-test: $(STAMP)
+# Azurite (Azure Blob emulator) for the Azure tests, from npm into .npm-tools/.
+$(AZURITE):
+	npm install --silent --no-audit --no-fund --prefix .npm-tools azurite@3
+
+azurite: $(AZURITE)
+
+test: $(STAMP) $(AZURITE)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -39,10 +46,11 @@ bench: $(STAMP)
 # Zephon's dependencies: they run in a separate venv and their output is committed.
 fixtures:
 	$(PY) -m venv .venv-ref
-	.venv-ref/bin/python -m pip install --quiet torch==2.13.0
-	.venv-ref/bin/python -m pip install --quiet mosaicml-streaming litdata pyarrow
+	echo torch==2.13.0 > .venv-ref/pin.txt
+	.venv-ref/bin/python -m pip install --quiet -c .venv-ref/pin.txt torch mosaicml-streaming \
+		litdata pyarrow zstd brotli python-snappy
 	.venv-ref/bin/python -m pip uninstall --quiet -y torchvision
 	.venv-ref/bin/python tests/fixtures/make_reference_shards.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .npm-tools build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

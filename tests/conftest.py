@@ -2,7 +2,8 @@
 
 S3: moto in server mode on a free port, or the external endpoint (e.g. MinIO) named by
 ``ZEPHON_TEST_S3_ENDPOINT`` with ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``.
-GCS: fake-gcs-server. HTTP: aiohttp's static file server over a temporary directory.
+GCS: fake-gcs-server. Azure: Azurite (npm). HTTP: aiohttp's static file server over a
+temporary directory.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from zephon.testing import GCSEmulator, MotoServer, S3Endpoint, StaticHTTPServer
+from zephon.testing import Azurite, GCSEmulator, MotoServer, S3Endpoint, StaticHTTPServer
 
 
 def _unique(prefix: str) -> str:
@@ -51,6 +52,21 @@ def gcs_bucket(gcs_emulator: GCSEmulator) -> str:
     bucket = _unique("zephon-test")
     gcs_emulator.create_bucket(bucket)
     return bucket
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    server = Azurite()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def azure_container(azurite: Azurite) -> str:
+    container = _unique("zephon-test")
+    azurite.create_container(container)
+    return container
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from tests.formatdata import (
 )
 from zephon.dataset import PERSISTENT_INDEX_NAME, Dataset
 from zephon.storage import open_storage
-from zephon.testing import GCSEmulator, S3Endpoint
+from zephon.testing import Azurite, GCSEmulator, S3Endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ async def _upload(base: str, options: dict[str, Any], src: Path) -> None:
         )
 
 
-@pytest.fixture(params=["local", "s3", "gcs"])
+@pytest.fixture(params=["local", "s3", "gcs", "azure"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
     """(base URI, storage options, upload(src dir)) for one storage location."""
     if request.param == "local":
@@ -67,6 +67,10 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
         endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
         base = f"s3://{request.getfixturevalue('s3_bucket')}/data/"
         options = endpoint.storage_options()
+    elif request.param == "azure":
+        azurite: Azurite = request.getfixturevalue("azurite")
+        base = f"az://{request.getfixturevalue('azure_container')}/data/"
+        options = azurite.storage_options()
     else:
         emulator: GCSEmulator = request.getfixturevalue("gcs_emulator")
         base = f"gs://{request.getfixturevalue('gcs_bucket')}/data/"

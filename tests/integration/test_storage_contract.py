@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from zephon.errors import ConfigError, NotFound, ObjectChanged
+from zephon.errors import AccessDenied, ConfigError, NotFound, ObjectChanged
 from zephon.storage import ManagedStorage, MemoryStore, RetryPolicy, open_storage
-from zephon.testing import GCSEmulator, S3Endpoint
+from zephon.testing import Azurite, GCSEmulator, S3Endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -200,6 +200,33 @@ class TestGCS(StorageContract):
         async with open_storage("gs://", {"endpoint_url": gcs_emulator.url}) as storage:
             with pytest.raises(NotFound):
                 _ = [i async for i in storage.list("gs://no-such-bucket-zephon/")]
+
+
+class TestAzure(StorageContract):
+    @pytest.fixture
+    async def env(
+        self, azurite: Azurite, azure_container: str
+    ) -> AsyncIterator[tuple[ManagedStorage, str, Writer]]:
+        async with open_storage("az://", azurite.storage_options()) as storage:
+            yield storage, f"az://{azure_container}/", storage.write
+
+    async def test_connection_string_and_abfs_spelling(
+        self, azurite: Azurite, azure_container: str
+    ) -> None:
+        options = {"connection_string": azurite.connection_string}
+        async with open_storage("abfs://", options) as storage:
+            await storage.write(f"abfs://{azure_container}/c.txt", b"via abfs")
+            assert await storage.read(f"az://{azure_container}/c.txt") == b"via abfs"
+
+    async def test_missing_container_and_bad_key(self, azurite: Azurite) -> None:
+        async with open_storage("az://", azurite.storage_options()) as storage:
+            with pytest.raises(NotFound):
+                _ = [i async for i in storage.list("az://no-such-container-zephon/")]
+        bad = {**azurite.storage_options(), "account_key": "c2VjcmV0LWtleS12YWx1ZQ=="}
+        async with open_storage("az://", bad) as storage:
+            with pytest.raises(AccessDenied) as info:
+                await storage.stat("az://any/blob")
+        assert "c2VjcmV0LWtleS12YWx1ZQ" not in str(info.value) + repr(info.value)
 
 
 class TestHTTP(StorageContract):

@@ -42,6 +42,12 @@ def _gcs(options: dict[str, Any], limits: StorageLimits) -> Backend:
     return GCSBackend(options, max_connections=limits.max_requests)
 
 
+def _azure(options: dict[str, Any], limits: StorageLimits) -> Backend:
+    from zephon.storage.azure import AzureBackend
+
+    return AzureBackend(options, max_connections=limits.max_requests)
+
+
 def _http(options: dict[str, Any], limits: StorageLimits) -> Backend:
     from zephon.storage.http import HTTPBackend
 
@@ -53,6 +59,7 @@ _BACKENDS: dict[str, BackendFactory] = {
     "memory": _memory,
     "s3": _s3,
     "gs": _gcs,
+    "az": _azure,
     "http": _http,
     "https": _http,
 }

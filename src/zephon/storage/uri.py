@@ -7,19 +7,24 @@ from zephon.errors import ConfigError
 __all__ = ["canonical", "scheme_of", "split_bucket_key"]
 
 
+_ALIASES = {"gcs": "gs", "abfs": "az", "abfss": "az", "azure": "az"}
+
+
 def scheme_of(uri: str) -> str:
-    """``s3``, ``gs``, ``http``... or ``file`` for plain paths. ``gcs`` is folded into ``gs``."""
+    """``s3``, ``gs``, ``az``, ``http``... or ``file`` for plain paths. Other spellings of
+    the same store are folded: ``gcs`` into ``gs``; ``abfs``, ``abfss``, ``azure`` into ``az``."""
     head, sep, _ = uri.partition("://")
     if not sep:
         return "file"
     scheme = head.lower()
-    return "gs" if scheme == "gcs" else scheme
+    return _ALIASES.get(scheme, scheme)
 
 
 def canonical(uri: str) -> str:
-    """The URI as listings spell it: ``gcs://`` becomes ``gs://`` (both name GCS)."""
+    """The URI as listings spell it: ``gcs://`` becomes ``gs://``, ``abfs://`` ``az://``."""
     head, sep, rest = uri.partition("://")
-    return f"gs://{rest}" if sep and head.lower() == "gcs" else uri
+    alias = _ALIASES.get(head.lower()) if sep else None
+    return f"{alias}://{rest}" if alias else uri
 
 
 def split_bucket_key(uri: str) -> tuple[str, str]:

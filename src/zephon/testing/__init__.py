@@ -2,6 +2,20 @@
 a static HTTP server and a fault-injecting proxy. Nothing in the library imports this package."""
 
 from zephon.testing.faults import FaultProxy, Faults
-from zephon.testing.servers import GCSEmulator, MotoServer, S3Endpoint, StaticHTTPServer
+from zephon.testing.servers import (
+    Azurite,
+    GCSEmulator,
+    MotoServer,
+    S3Endpoint,
+    StaticHTTPServer,
+)
 
-__all__ = ["FaultProxy", "Faults", "GCSEmulator", "MotoServer", "S3Endpoint", "StaticHTTPServer"]
+__all__ = [
+    "Azurite",
+    "FaultProxy",
+    "Faults",
+    "GCSEmulator",
+    "MotoServer",
+    "S3Endpoint",
+    "StaticHTTPServer",
+]

@@ -216,6 +216,106 @@ class GCSEmulator:
         self.stop()
 
 
+# Azurite's well-known development account (public, documented by Microsoft; not a secret).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+class Azurite:
+    """Azurite's Blob service (the npm package ``azurite``) in a child process.
+
+    The binary is found in ``ZEPHON_AZURITE`` (a path to ``azurite-blob``), then under
+    ``.npm-tools/`` of the repository (where ``make`` installs it), then on ``PATH``. Like
+    fake-gcs-server it takes its port on the command line: a free one is chosen just before.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.url = ""
+
+    @staticmethod
+    def binary() -> str | None:
+        import shutil
+
+        env = os.environ.get("ZEPHON_AZURITE")
+        if env:
+            return env
+        here = Path(__file__).resolve()
+        for parent in here.parents:
+            local = parent / ".npm-tools" / "node_modules" / ".bin" / "azurite-blob"
+            if local.exists():
+                return str(local)
+        return shutil.which("azurite-blob")
+
+    def start(self) -> str:
+        binary = self.binary()
+        if binary is None:
+            raise RuntimeError("azurite-blob not found: run `make azurite` (npm install azurite)")
+        for _ in range(5):  # a port taken between probe and bind: try another
+            port = _free_port()
+            self.url = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+            self._tmp = tempfile.TemporaryDirectory(prefix="zephon-azurite-")
+            self._proc = subprocess.Popen(
+                [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port),
+                 "--location", self._tmp.name, "--silent", "--skipApiVersionCheck", "--loose"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if self._wait_ready(port, deadline_s=30.0):
+                return self.url
+            self.stop()
+        raise RuntimeError("Azurite failed to start")
+
+    def _wait_ready(self, port: int, deadline_s: float) -> bool:
+        assert self._proc is not None
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self._proc.poll() is not None:
+                return False
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return True
+            except OSError:
+                time.sleep(0.05)  # polling a child process's readiness, not synchronising tests
+        return False
+
+    def storage_options(self) -> dict[str, Any]:
+        return {"account_url": self.url, "account_name": AZURITE_ACCOUNT,
+                "account_key": AZURITE_KEY}  # fmt: skip
+
+    @property
+    def connection_string(self) -> str:
+        return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+                f"AccountKey={AZURITE_KEY};BlobEndpoint={self.url};")  # fmt: skip
+
+    def create_container(self, name: str) -> None:
+        from azure.storage.blob import BlobServiceClient
+
+        with BlobServiceClient.from_connection_string(self.connection_string) as client:
+            client.create_container(name)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class StaticHTTPServer:
     """aiohttp's static file handler (ranges, ETag, conditional requests) over a directory."""
 
