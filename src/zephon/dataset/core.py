@@ -22,7 +22,14 @@ from zephon.errors import ConfigError, redact_uri
 from zephon.formats.blob import Blob
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex, WholeIndex
 from zephon.refs import ShardInfo
-from zephon.storage import ManagedStorage, MemoryStore, RetryPolicy, StorageLimits, open_storage
+from zephon.storage import (
+    DiskCache,
+    ManagedStorage,
+    MemoryStore,
+    RetryPolicy,
+    StorageLimits,
+    open_storage,
+)
 
 T = TypeVar("T")
 
@@ -233,10 +240,15 @@ class Dataset:
     # -- reading ------------------------------------------------------------------------
 
     def open_storage(
-        self, *, limits: StorageLimits | None = None, retry: RetryPolicy | None = None
+        self,
+        *,
+        limits: StorageLimits | None = None,
+        retry: RetryPolicy | None = None,
+        cache: DiskCache | None = None,
     ) -> ManagedStorage:
         """A storage client for this dataset's shards (the caller closes it)."""
-        return open_storage(self.root, dict(self._storage_options), limits=limits, retry=retry)
+        return open_storage(self.root, dict(self._storage_options), limits=limits, retry=retry,
+                            cache=cache)  # fmt: skip
 
     def ranges(self, shard: int, samples: Sequence[int]) -> list[tuple[int, int]]:
         """The coalesced byte ranges that hold ``samples`` of shard ``shard``."""

@@ -50,6 +50,10 @@ class Pipeline:
         prefetch: blocks of output kept ready for the consumer.
         range_cache_bytes: recently fetched ranges kept so that neighbouring chunks fetch
             shared bytes once (see :class:`~zephon.ops.fetch.RangeCache`); ``0`` disables.
+        cache_dir: a local directory caching fetched byte ranges across epochs and runs,
+            shared safely by every process of the node (opt-in; see
+            :class:`~zephon.storage.DiskCache`).
+        cache_limit_bytes: the cache's size limit (least recently used ranges go first).
 
     Raises:
         ConfigError: invalid arguments.
@@ -72,6 +76,8 @@ class Pipeline:
         decode_processes: int = 0,
         prefetch: int = 4,
         range_cache_bytes: int = 64 << 20,
+        cache_dir: str | None = None,
+        cache_limit_bytes: int = 64 << 30,
     ) -> None:
         if rank is None or world_size is None:
             env_rank, env_world = default_rank()
@@ -83,6 +89,8 @@ class Pipeline:
             fetch_budget_bytes=fetch_budget_bytes, max_inflight_requests=max_inflight_requests,
             limits=limits, retry=retry, decode_processes=decode_processes,
             prefetch_blocks=prefetch, range_cache_bytes=range_cache_bytes,
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            cache_limit_bytes=cache_limit_bytes,
         )  # fmt: skip
         self._init(spec)
 

@@ -24,7 +24,7 @@ from zephon.ops.merge import merge_lanes
 from zephon.pipeline.graph import Resources, block_channel, build_lane
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.state import Received, Resume, merge_start
-from zephon.storage import ManagedStorage
+from zephon.storage import DiskCache, ManagedStorage
 from zephon.storage.gate import CapacityGate
 
 __all__ = ["Run"]
@@ -77,8 +77,9 @@ class Run:
     async def _main(self) -> None:
         spec = self.spec
         size = spec.pool_size()
+        cache = DiskCache(spec.cache_dir, spec.cache_limit_bytes) if spec.cache_dir else None
         self.res = res = Resources(
-            storages=[d.open_storage(limits=spec.limits, retry=spec.retry)
+            storages=[d.open_storage(limits=spec.limits, retry=spec.retry, cache=cache)
                       for d in spec.source.datasets],
             budget=CapacityGate(spec.fetch_budget_bytes),
             range_cache=RangeCache(spec.range_cache_bytes) if spec.range_cache_bytes else None,
@@ -135,6 +136,12 @@ class Run:
         cache = res.range_cache if res is not None else None
         fetch["cache_hits"] = cache.hits if cache is not None else 0
         fetch["cache_saved_bytes"] = cache.saved_bytes if cache is not None else 0
+        disk = self.storages[0].cache if self.storages else None
+        if disk is not None:  # one DiskCache shared by the run's storages
+            fetch["disk_cache"] = {"hits": disk.stats.hits, "misses": disk.stats.misses,
+                                   "hit_bytes": disk.stats.hit_bytes,
+                                   "written_bytes": disk.stats.written_bytes,
+                                   "evicted_bytes": disk.stats.evicted_bytes}  # fmt: skip
         latencies.sort()
         for q in (50, 99):
             fetch[f"p{q}_latency_s"] = (

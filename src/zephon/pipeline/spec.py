@@ -88,6 +88,8 @@ class PipelineSpec:
     decode_processes: int = 0
     prefetch_blocks: int = 4
     range_cache_bytes: int = 64 << 20
+    cache_dir: str | None = None
+    cache_limit_bytes: int = 64 << 30
     steps: tuple[Step, ...] = ()
     convert: Callable[[Any], Any] | None = None
 
@@ -103,7 +105,8 @@ class PipelineSpec:
             )
         if self.on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
-        for name in ("fetch_budget_bytes", "max_inflight_requests", "prefetch_blocks"):
+        for name in ("fetch_budget_bytes", "max_inflight_requests", "prefetch_blocks",
+                     "cache_limit_bytes"):  # fmt: skip
             if getattr(self, name) < 1:
                 label = "prefetch" if name == "prefetch_blocks" else name
                 raise ConfigError(f"{label} must be >= 1, got {getattr(self, name)}")

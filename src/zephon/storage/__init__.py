@@ -5,6 +5,7 @@
 """
 
 from zephon.storage.base import Backend, Storage
+from zephon.storage.diskcache import DiskCache
 from zephon.storage.managed import ManagedStorage
 from zephon.storage.memory import MemoryStore
 from zephon.storage.policy import RetryPolicy, StorageLimits
@@ -12,6 +13,7 @@ from zephon.storage.registry import open_storage, register_backend
 
 __all__ = [
     "Backend",
+    "DiskCache",
     "ManagedStorage",
     "MemoryStore",
     "RetryPolicy",

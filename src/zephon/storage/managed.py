@@ -19,6 +19,7 @@ from zephon.errors import (
 )
 from zephon.refs import ObjectInfo
 from zephon.storage.base import Backend
+from zephon.storage.diskcache import DiskCache
 from zephon.storage.gate import AdaptiveConcurrency, CapacityGate
 from zephon.storage.policy import RetryPolicy, StorageLimits
 from zephon.storage.stats import StorageStats
@@ -42,6 +43,7 @@ class ManagedStorage:
         backend: the protocol implementation.
         limits: request and byte bounds.
         retry: the retry policy.
+        cache: a local disk cache for version-pinned reads (shared by the node's processes).
     """
 
     def __init__(
@@ -50,8 +52,10 @@ class ManagedStorage:
         *,
         limits: StorageLimits | None = None,
         retry: RetryPolicy | None = None,
+        cache: DiskCache | None = None,
     ) -> None:
         self.backend = backend
+        self.cache = cache
         self.limits = limits or StorageLimits()
         self.retry = retry or RetryPolicy()
         self.stats = StorageStats()
@@ -101,10 +105,21 @@ class ManagedStorage:
             version = version or info.version
         if stop <= start:
             return b""
+        cache = self.cache if version is not None else None
+        if cache is not None:
+            assert version is not None
+            hit = await asyncio.to_thread(cache.get, uri, version, start, stop)
+            if hit is not None:
+                return hit
         span = stop - start
         need = min(span, self.limits.max_inflight_bytes)
         async with self.budget.hold(need):
-            return await self._retrying(uri, lambda: self._read_once(uri, start, stop, version))
+            data = await self._retrying(uri, lambda: self._read_once(uri, start, stop, version))
+        if cache is not None:
+            assert version is not None
+            end = start + len(data) if len(data) < span else None  # a short read ends the object
+            await asyncio.to_thread(cache.put, uri, version, start, data, end)
+        return data
 
     async def _read_once(self, uri: str, start: int, stop: int, version: str | None) -> bytes:
         data, size = await self.backend.get_range(uri, start, stop, version)

@@ -7,6 +7,7 @@ from typing import Any
 
 from zephon.errors import ConfigError
 from zephon.storage.base import Backend
+from zephon.storage.diskcache import DiskCache
 from zephon.storage.managed import ManagedStorage
 from zephon.storage.policy import RetryPolicy, StorageLimits
 from zephon.storage.uri import scheme_of
@@ -76,6 +77,7 @@ def open_storage(
     *,
     limits: StorageLimits | None = None,
     retry: RetryPolicy | None = None,
+    cache: DiskCache | None = None,
 ) -> ManagedStorage:
     """A :class:`ManagedStorage` for the scheme of ``uri`` (``s3://``, ``gs://``, a path...).
 
@@ -93,4 +95,5 @@ def open_storage(
             f"no storage backend for scheme {scheme!r} (known: {sorted(_BACKENDS)})"
         ) from None
     limits = limits or StorageLimits()
-    return ManagedStorage(factory(dict(storage_options or {}), limits), limits=limits, retry=retry)
+    backend = factory(dict(storage_options or {}), limits)
+    return ManagedStorage(backend, limits=limits, retry=retry, cache=cache)
