@@ -167,3 +167,14 @@ def test_a_writer_killed_mid_write_leaves_nothing_that_is_served(tmp_path: Path)
     finally:
         module._STALE_TMP_S = 300.0
     assert list(folder.iterdir()) == []
+
+
+async def test_a_dataset_opened_with_a_cache_reads_through_it(
+    dataset: Dataset, s3_endpoint: S3Endpoint, tmp_path: Path
+) -> None:
+    cached = await Dataset.afrom_path("d", dataset.root, cache_dir=tmp_path / "ds-cache",
+                                      storage_options=s3_endpoint.storage_options())  # fmt: skip
+    first, cold = _epoch(cached, seed=1)
+    second, warm = _epoch(cached, seed=3)
+    assert sorted(first) == sorted(second) == list(range(1200))
+    assert cold["bytes"] > 0 and warm["bytes"] == 0

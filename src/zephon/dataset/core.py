@@ -65,8 +65,10 @@ class Dataset:
         found: Discovered,
         storage_options: Mapping[str, Any] | None,
         columns: Sequence[str] | None = None,
+        cache: DiskCache | None = None,
     ) -> None:
         self.name = name
+        self.cache = cache  # reads of this dataset's shards go through it (opt-in)
         self.format = found.format
         self.root = found.root
         self.shards: tuple[ShardInfo, ...] = tuple(found.shards)
@@ -125,6 +127,8 @@ class Dataset:
         index: str | None = None,
         index_cache: str | Path | bool = True,
         limits: StorageLimits | None = None,
+        cache_dir: str | Path | None = None,
+        cache_limit_bytes: int = 64 << 30,
     ) -> Dataset:
         """Discover the dataset at ``path`` (see :meth:`from_path`) from async code."""
         if not name:
@@ -136,7 +140,9 @@ class Dataset:
             cache = None
         else:
             cache = IndexCache(Path(index_cache))
-        async with open_storage(first, dict(storage_options or {}), limits=limits) as storage:
+        disk = DiskCache(cache_dir, cache_limit_bytes) if cache_dir is not None else None
+        async with open_storage(first, dict(storage_options or {}), limits=limits,
+                                cache=disk) as storage:  # fmt: skip
             found = await discover(
                 name,
                 path,
@@ -147,7 +153,7 @@ class Dataset:
                 cache=cache,
                 index_uri=index,
             )
-        return cls(name, found, storage_options, columns)
+        return cls(name, found, storage_options, columns, disk)
 
     @classmethod
     def from_path(
@@ -162,6 +168,8 @@ class Dataset:
         index: str | None = None,
         index_cache: str | Path | bool = True,
         limits: StorageLimits | None = None,
+        cache_dir: str | Path | None = None,
+        cache_limit_bytes: int = 64 << 30,
     ) -> Dataset:
         """Discover the dataset at ``path``.
 
@@ -178,6 +186,9 @@ class Dataset:
             index_cache: local cache of built shard indexes: ``True`` (default location),
                 a directory, or ``False``.
             limits: storage bounds used during discovery.
+            cache_dir, cache_limit_bytes: a local disk cache of fetched byte ranges for this
+                dataset's reads, shared safely by the node's processes (see
+                :class:`~zephon.storage.DiskCache`; a pipeline's ``cache_dir`` overrides it).
 
         Raises:
             NotFound, AccessDenied: the path, bucket or a shard.
@@ -198,6 +209,8 @@ class Dataset:
                 index=index,
                 index_cache=index_cache,
                 limits=limits,
+                cache_dir=cache_dir,
+                cache_limit_bytes=cache_limit_bytes,
             )
         )
 
@@ -248,7 +261,7 @@ class Dataset:
     ) -> ManagedStorage:
         """A storage client for this dataset's shards (the caller closes it)."""
         return open_storage(self.root, dict(self._storage_options), limits=limits, retry=retry,
-                            cache=cache)  # fmt: skip
+                            cache=cache or self.cache)  # fmt: skip
 
     def ranges(self, shard: int, samples: Sequence[int]) -> list[tuple[int, int]]:
         """The coalesced byte ranges that hold ``samples`` of shard ``shard``."""
