@@ -37,7 +37,18 @@ WRITERS: dict[str, Callable[[Path], Any]] = {
     "litdata-zstd": lambda root: shutil.copytree(FIXTURES / "litdata-zstd", root),
     "litdata-zstd-chunk": lambda root: shutil.copytree(FIXTURES / "litdata-zstd-chunk", root),
     "litdata-zstd-sample": lambda root: shutil.copytree(FIXTURES / "litdata-zstd-sample", root),
+    "lance": lambda root: _write_lance(root),
 }
+
+
+def _write_lance(root: Path) -> None:
+    import lance
+    import pyarrow as pa
+
+    rows = 60
+    table = pa.table({"id": list(range(rows)), "text": [f"t{i}" * (i % 5) for i in range(rows)]})
+    lance.write_dataset(table, str(root), max_rows_per_file=25)
+
 
 Damage = tuple[str, float, int]
 damages = st.tuples(st.sampled_from(["flip", "truncate", "insert"]), st.floats(0, 1),
@@ -80,7 +91,8 @@ def test_damaged_shards_give_samples_or_a_format_error(
         data = damage(data, how)
     target.write_bytes(data)
     try:
-        ds = Dataset.from_path("fuzz", str(root), index_cache=False)
+        fmt_arg = "lance" if fmt == "lance" else None
+        ds = Dataset.from_path("fuzz", str(root), index_cache=False, format=fmt_arg)
         samples = ds.head(ds.num_samples)
     except FormatError as exc:
         assert exc.dataset == "fuzz"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from zephon.formats.index import (
+    FragmentIndex,
     RecordIndex,
     RowGroupIndex,
     StreamIndex,
@@ -36,7 +37,7 @@ __all__ = [
 PERSISTENT_INDEX_NAME = "_zephon_index.json"
 _PERSISTENT_VERSION = 1
 
-AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex
 
 
 def default_cache_dir() -> Path:

@@ -18,9 +18,16 @@ from zephon.dataset.cache import (
     default_cache_dir,
 )
 from zephon.dataset.discover import Discovered, DiscoveryStats, discover
+from zephon.dataset.lance import discover_lance, is_lance_path
 from zephon.errors import ConfigError, redact_uri
 from zephon.formats.blob import Blob
-from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex, WholeIndex
+from zephon.formats.index import (
+    FragmentIndex,
+    RecordIndex,
+    RowGroupIndex,
+    StreamIndex,
+    WholeIndex,
+)
 from zephon.refs import ShardInfo
 from zephon.storage import (
     DiskCache,
@@ -35,7 +42,7 @@ T = TypeVar("T")
 
 __all__ = ["Dataset"]
 
-AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex
 _COALESCE_GAP_BYTES = 64 * 1024
 
 
@@ -141,6 +148,11 @@ class Dataset:
         else:
             cache = IndexCache(Path(index_cache))
         disk = DiskCache(cache_dir, cache_limit_bytes) if cache_dir is not None else None
+        if format == "lance" or (format is None and is_lance_path(first)):
+            if not isinstance(path, str):
+                raise ConfigError("a Lance dataset is one path (the .lance directory)")
+            found = await discover_lance(name, path, dict(storage_options or {}), columns)
+            return cls(name, found, storage_options, columns, disk)
         async with open_storage(first, dict(storage_options or {}), limits=limits,
                                 cache=disk) as storage:  # fmt: skip
             found = await discover(
@@ -177,8 +189,8 @@ class Dataset:
             name: the dataset's name in mixtures, checkpoints and errors.
             path: a local directory, file or glob; ``s3://bucket/prefix``; ``gs://``/``gcs://``;
                 ``http(s)://`` URLs of shards or of an ``index.json``; or a list of URIs.
-            format: ``jsonl``, ``parquet``, ``mds``, ``webdataset``, ``litdata``; ``None``
-                detects it (index files first, then extensions).
+            format: ``jsonl``, ``parquet``, ``mds``, ``webdataset``, ``litdata``, ``lance``;
+                ``None`` detects it (a ``.lance`` directory, index files, then extensions).
             storage_options: fsspec-style backend settings (``endpoint_url``, ``key``...).
             columns: Parquet columns to read (others are never fetched).
             allow_pickle: allow MDS ``pkl`` / LitData ``pickle`` fields (they run code).

@@ -26,7 +26,13 @@ from zephon.dataset.names import format_of, natural_key
 from zephon.dataset.names import not_a_shard as _hidden
 from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
 from zephon.formats import parquet as parquet_format
-from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex, WholeIndex
+from zephon.formats.index import (
+    FragmentIndex,
+    RecordIndex,
+    RowGroupIndex,
+    StreamIndex,
+    WholeIndex,
+)
 from zephon.formats.jsonl import JsonlCodec
 from zephon.formats.litdata import LitDataCodec, parse_litdata_index
 from zephon.formats.mds import MdsCodec, parse_mds_index
@@ -40,7 +46,7 @@ from zephon.storage.uri import canonical, scheme_of
 __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
 
 FORMATS = ("jsonl", "parquet", "mds", "webdataset", "litdata")
-AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex
+AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex
 _GLOB = re.compile(r"[*?\[]")
 _SHARD_CONCURRENCY = 32
 

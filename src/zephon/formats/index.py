@@ -9,6 +9,8 @@ Three shapes cover every format:
   chunks of the selected columns are read (Parquet).
 - :class:`StreamIndex`: the shard is compressed as a whole (``.jsonl.gz``, ``.zst``); the read
   unit is the whole shard, and ``offsets`` are positions in the decompressed stream.
+- :class:`FragmentIndex`: rows of a fragment that the format's own reader fetches (Lance);
+  Zephon fetches no bytes for it, and the codec reads the rows it is asked for.
 - :class:`WholeIndex`: a record shard compressed as a whole (MDS ``zip_data``, LitData
   ``.zstd.bin``): read whole, decompressed, and its own header says where samples lie. Known
   from the dataset's index file alone (sample count, sizes, codec), so discovery reads nothing.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "FragmentIndex",
     "RecordIndex",
     "RowGroupIndex",
     "ShardIndex",
@@ -35,7 +38,7 @@ __all__ = [
     "index_from_bytes",
 ]
 
-ShardIndex = "RecordIndex | RowGroupIndex | StreamIndex | WholeIndex"
+ShardIndex = "RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex"
 
 _MAGIC = b"ZIX1"
 
@@ -181,7 +184,31 @@ class WholeIndex:
         return _pack("whole", meta, {})
 
 
-def index_from_bytes(data: bytes) -> RecordIndex | RowGroupIndex | StreamIndex | WholeIndex:
+@dataclass(frozen=True, eq=False)
+class FragmentIndex:
+    """``count`` rows of a fragment of about ``row_bytes`` each, read by the format's reader
+    (one read per chunk and fragment, of no bytes through Zephon's storage)."""
+
+    count: int
+    row_bytes: float
+
+    @property
+    def num_samples(self) -> int:
+        return self.count
+
+    def sample_nbytes(self) -> np.ndarray:
+        return np.full(self.count, self.row_bytes)
+
+    def span(self, start: int, stop: int) -> list[tuple[int, int]]:
+        return []
+
+    def to_bytes(self) -> bytes:
+        return _pack("fragment", {"count": self.count, "row_bytes": self.row_bytes}, {})
+
+
+def index_from_bytes(
+    data: bytes,
+) -> RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex:
     """Inverse of ``to_bytes`` of any index. Raises ``ValueError`` on foreign or corrupt bytes."""
     try:
         kind, meta, arrays = _unpack(data)
@@ -198,6 +225,8 @@ def index_from_bytes(data: bytes) -> RecordIndex | RowGroupIndex | StreamIndex |
         )
     if kind == "stream":
         return StreamIndex(arrays["offsets"], int(str(meta["size_bytes"])))
+    if kind == "fragment":
+        return FragmentIndex(int(str(meta["count"])), float(str(meta["row_bytes"])))
     if kind == "whole":
         return WholeIndex(int(str(meta["count"])), int(str(meta["size_bytes"])),
                           int(str(meta["raw_bytes"])), str(meta["codec"]))  # fmt: skip

@@ -198,7 +198,11 @@ async def _decode_local(
                 return
             for f in group:
                 stats.items_in += 1
-                items, failed = decode_job(job(f))
+                work = job(f)
+                if getattr(work.codec, "reads_itself", False):  # its own I/O: off the loop
+                    items, failed = await asyncio.to_thread(decode_job, work)
+                else:
+                    items, failed = decode_job(work)
                 stats.items_out += 1
                 await timed_send(decoded, (f, items, failed), stats)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.arrays import distinct, in_order
-from zephon.formats.index import RowGroupIndex, StreamIndex, WholeIndex
+from zephon.formats.index import FragmentIndex, RowGroupIndex, StreamIndex, WholeIndex
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
@@ -61,8 +61,8 @@ class PlannedReads:
             layout = manifests[d_o[i]].layouts[sh_o[i]]
             if isinstance(layout, RowGroupIndex):
                 ranges[i] = _merge([(int(x), int(y)) for x, y in layout.chunks[u_o[i]]])
-            else:
-                ranges[i] = ((0, int(layout.size_bytes)),)
+            else:  # a whole shard, or nothing (a format that reads its own rows)
+                ranges[i] = tuple(layout.span(0, 0))
         new = tuple.__new__  # the named tuple's own __new__ is a Python function: skip it
         return [
             new(RangeRequest, (d, sh, uris[d][sh], versions[d][sh], rg, samples[a:b],
@@ -106,7 +106,7 @@ def coalesce_chunks(
             layout = manifest.layouts[shard]
             if isinstance(layout, RowGroupIndex):
                 units[at] = np.searchsorted(layout.row_starts, samples[at], side="right") - 1
-            elif isinstance(layout, StreamIndex | WholeIndex):
+            elif isinstance(layout, StreamIndex | WholeIndex | FragmentIndex):
                 units[at] = 0
             else:
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])

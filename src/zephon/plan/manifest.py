@@ -14,7 +14,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from zephon.arrays import distinct
-from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex, WholeIndex
+from zephon.formats.index import (
+    FragmentIndex,
+    RecordIndex,
+    RowGroupIndex,
+    StreamIndex,
+    WholeIndex,
+)
 
 __all__ = ["Layout", "Manifest", "UniformRecords"]
 
@@ -181,7 +187,7 @@ class Manifest:
             mask = shards == shard
             layout = self.layouts[int(shard)]
             picked = samples[mask]
-            if isinstance(layout, RowGroupIndex | StreamIndex | WholeIndex):
+            if isinstance(layout, RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex):
                 out[mask] = layout.sample_nbytes()[picked]
             else:
                 out[mask] = layout.stops(picked) - layout.starts(picked)
