@@ -38,7 +38,19 @@ WRITERS: dict[str, Callable[[Path], Any]] = {
     "litdata-zstd-chunk": lambda root: shutil.copytree(FIXTURES / "litdata-zstd-chunk", root),
     "litdata-zstd-sample": lambda root: shutil.copytree(FIXTURES / "litdata-zstd-sample", root),
     "lance": lambda root: _write_lance(root),
+    "vortex": lambda root: _write_vortex(root),
 }
+
+
+def _write_vortex(root: Path) -> None:
+    import pyarrow as pa
+    import vortex as vx
+
+    root.mkdir(parents=True)
+    for f in range(2):
+        ids = list(range(f * 30, f * 30 + 30))
+        table = pa.table({"id": ids, "text": [f"t{i}" * (i % 5) for i in ids]})
+        vx.io.write(vx.array(table), str(root / f"p{f}.vortex"))
 
 
 def _write_lance(root: Path) -> None:

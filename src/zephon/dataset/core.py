@@ -85,6 +85,8 @@ class Dataset:
         self.discovery_stats: DiscoveryStats = found.stats
         self.columns = list(columns) if columns is not None else None
         self._storage_options = dict(storage_options or {})
+        if hasattr(self.codec, "bind_storage"):  # codecs that read shards themselves
+            self.codec.bind_storage(self._storage_options)
 
     def __repr__(self) -> str:
         return (

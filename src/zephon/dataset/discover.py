@@ -24,6 +24,7 @@ from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIn
 from zephon.dataset.names import basename as _basename
 from zephon.dataset.names import format_of, natural_key
 from zephon.dataset.names import not_a_shard as _hidden
+from zephon.dataset.vortex import VortexCodec, vortex_index
 from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
 from zephon.formats import parquet as parquet_format
 from zephon.formats.index import (
@@ -45,7 +46,7 @@ from zephon.storage.uri import canonical, scheme_of
 
 __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
 
-FORMATS = ("jsonl", "parquet", "mds", "webdataset", "litdata")
+FORMATS = ("jsonl", "parquet", "mds", "webdataset", "litdata", "vortex")
 AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex
 _GLOB = re.compile(r"[*?\[]")
 _SHARD_CONCURRENCY = 32
@@ -194,6 +195,7 @@ async def _simple_format(
         "jsonl": lambda i: build_jsonl(st, i, ctx.name),
         "parquet": lambda i: build_parquet(st, i, ctx.name, None),
         "webdataset": lambda i: build_tar(st, i, ctx.name),
+        "vortex": lambda i: vortex_index(st, i, ctx.name, ctx.columns),
     }
     build = builders[fmt]
     indexes = await _bounded(
@@ -203,6 +205,8 @@ async def _simple_format(
         codec: Any = JsonlCodec(ctx.name)
     elif fmt == "parquet":
         codec = ParquetCodec(ctx.name, ctx.columns)
+    elif fmt == "vortex":
+        codec = VortexCodec(ctx.name, ctx.root, ctx.columns)
     else:
         codec = WebDatasetCodec(ctx.name)
     return shards, indexes, codec
@@ -406,7 +410,7 @@ async def discover(
         ShardInfo(i.uri, idx.num_samples, i.size_bytes, i.version)
         for i, idx in zip(infos, indexes, strict=True)
     ]
-    if ctx.columns is not None and fmt != "parquet":  # Parquet projects while reading
+    if ctx.columns is not None and fmt not in ("parquet", "vortex"):  # they project as they read
         codec = ProjectedCodec(codec, ctx.columns)
     stats.requests = storage.stats.requests - before[0]
     stats.bytes_read = storage.stats.bytes_read - before[1]

@@ -13,6 +13,7 @@ _EXTENSIONS = {
     "jsonl": tuple(f"{base}{z}" for base in (".jsonl", ".json") for z in _JSONL_COMPRESSIONS),
     "parquet": (".parquet", ".pq"),
     "webdataset": (".tar",),
+    "vortex": (".vortex",),
 }
 _DIGITS = re.compile(r"(\d+)")
 
