@@ -179,6 +179,26 @@ async def test_real_writer_fixtures(location: Location, fixture: str) -> None:
     assert to_jsonable(await read_all(ds)) == expected
 
 
+async def test_vortex_fixture_through_every_storage_backend(location: Location) -> None:
+    pytest.importorskip("vortex")
+    base, options, upload = location
+    await upload(FIXTURES / "vortex")
+    ds = await Dataset.afrom_path("vortex", base, storage_options=options, format="vortex")
+    assert ds.format == "vortex"
+    assert await read_all(ds) == reference("vortex")
+
+
+async def test_lance_fixture(location: Location, request: pytest.FixtureRequest) -> None:
+    pytest.importorskip("lance")
+    base, options, upload = location
+    if not base.startswith(("s3://", "/")):
+        pytest.skip("Lance's own object store is tested on local disk and S3")
+    await upload(FIXTURES / "lance")
+    ds = await Dataset.afrom_path("lance", base + "data.lance", storage_options=options)
+    assert ds.format == "lance"
+    assert await read_all(ds) == reference("lance")
+
+
 async def test_random_access_by_range(location: Location, tmp_path: Path) -> None:
     base, options, upload = location
     expected = write_jsonl(tmp_path / "src")

@@ -30,8 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def dataset_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("path", help="local path, glob, s3://, gs://, http(s):// URL")
-        p.add_argument("--format", default=None, help="jsonl, parquet, mds, webdataset, litdata")
+        p.add_argument("path", help="local path, glob, s3://, gs://, az://, http(s):// URL")
+        p.add_argument(
+            "--format", default=None, help="jsonl, parquet, mds, webdataset, litdata, vortex, lance"
+        )
         p.add_argument("--storage-options", default=None, help="JSON object of backend options")
         p.add_argument(
             "--allow-pickle", action="store_true", help="allow pickled MDS/LitData fields"

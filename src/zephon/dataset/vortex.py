@@ -13,7 +13,9 @@ storage through a loop of its own (in worker processes too).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +94,19 @@ async def vortex_index(
     return FragmentIndex(rows, info.size_bytes / rows if rows else 1.0)
 
 
+def _close(
+    loop: asyncio.AbstractEventLoop, storage: ManagedStorage, thread: threading.Thread
+) -> None:
+    if loop.is_running():
+        done = asyncio.run_coroutine_threadsafe(storage.aclose(), loop)
+        with contextlib.suppress(Exception):
+            done.result(5.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5.0)
+    if not thread.is_alive():
+        loop.close()
+
+
 class VortexCodec:
     """Rows of Vortex files as ``{column: value}`` dicts, scanned through Zephon's storage."""
 
@@ -125,9 +140,12 @@ class VortexCodec:
         with self._lock:
             if self._loop is None:  # storage lives on a loop of this codec's own thread
                 self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="zephon-vortex",
-                                 daemon=True).start()  # fmt: skip
+                thread = threading.Thread(target=self._loop.run_forever, name="zephon-vortex",
+                                          daemon=True)  # fmt: skip
+                thread.start()
                 self._storage = open_storage(self.root, dict(self.options))
+                # closed with the codec, or at exit: no session, loop or thread outlives it
+                weakref.finalize(self, _close, self._loop, self._storage, thread)
             key = (shard.uri, shard.version)
             if key not in self._files:
                 assert self._storage is not None
