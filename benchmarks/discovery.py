@@ -15,6 +15,7 @@ import io
 import json
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -72,6 +73,32 @@ def main() -> None:
         ds = run("parquet: footers (no cache, no index)", "s3://disc/pq/", index_cache=False)
         asyncio.run(ds.awrite_index())
         run("parquet: persistent index", "s3://disc/pq/", index_cache=False)
+        _new_formats(args.shards, n, client, options, run)
+
+
+def _new_formats(shards: int, n: int, client: Any, options: dict[str, Any], run: Any) -> None:
+    """Vortex files (a footer read each) and one Lance dataset (its manifest), same shape."""
+    import lance
+    import vortex as vx
+
+    from zephon.dataset.lance import lance_options
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(shards):
+            path = f"{tmp}/part-{i:05d}.vortex"
+            rows = [{"id": i * n + j, "text": "x" * (j % 50)} for j in range(n)]
+            vx.io.write(vx.array(pa.Table.from_pylist(rows)), path)
+            with open(path, "rb") as f:
+                client.put_object(Bucket="disc", Key=f"vortex/part-{i:05d}.vortex", Body=f.read())
+    ds = run("vortex: footers (no cache, no index)", "s3://disc/vortex/", index_cache=False)
+    asyncio.run(ds.awrite_index())
+    run("vortex: persistent index", "s3://disc/vortex/", index_cache=False)
+    table = pa.Table.from_pylist([{"id": k, "text": "x" * (k % 50)} for k in range(shards * n)])
+    uri = "s3://disc/data.lance"
+    lance.write_dataset(
+        table, uri, max_rows_per_file=n, storage_options=lance_options(uri, options)
+    )
+    run("lance: manifest (Lance's own reads, not counted)", uri)
 
 
 if __name__ == "__main__":
