@@ -5,6 +5,8 @@ the same samples whether decoded in the loop or in worker processes."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +28,15 @@ def test_a_pipeline_over_compressed_shards_delivers_every_sample_once(
     assert f"{len(ds.shards)} of {len(ds.shards)} shards are compressed" in pipe.explain()
     got = sorted(json.dumps(to_jsonable(s), sort_keys=True) for s in pipe)
     assert got == sorted(json.dumps(s, sort_keys=True) for s in reference(fixture))
+
+
+@pytest.mark.parametrize("fixture", ["mds-gz", "litdata-zstd-sample"])
+async def test_a_persistent_index_serves_compressed_shards(fixture: str, tmp_path: Path) -> None:
+    root = tmp_path / fixture
+    shutil.copytree(FIXTURES / fixture, root)
+    first = await Dataset.afrom_path("c", str(root), index_cache=False)
+    await first.awrite_index()
+    again = await Dataset.afrom_path("c", str(root), index_cache=False)
+    assert again.discovery_stats.from_persistent_index == len(again.shards)
+    got = [json.dumps(to_jsonable(s), sort_keys=True) for s in again.head(again.num_samples)]
+    assert got == [json.dumps(s, sort_keys=True) for s in reference(fixture)]

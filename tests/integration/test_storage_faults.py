@@ -10,7 +10,7 @@ import pytest
 
 from zephon.errors import NotFound, TransientStorageError
 from zephon.storage import RetryPolicy, StorageLimits, open_storage
-from zephon.testing import FaultProxy, Faults, S3Endpoint
+from zephon.testing import Azurite, FaultProxy, Faults, S3Endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -133,3 +133,24 @@ async def test_an_unreachable_endpoint_is_named_in_the_error() -> None:
         with pytest.raises(TransientStorageError) as info:
             await storage.read("s3://bucket/key", 0, 10)
     assert f"127.0.0.1:{port}" in str(info.value) and "endpoint_url" in str(info.value)
+
+
+async def test_azure_reads_survive_throttles_resets_and_truncation(
+    azurite: Azurite, azure_container: str
+) -> None:
+    """503 ServerBusy, resets and short bodies in front of Azurite: every byte arrives."""
+    rng = random.Random(9)
+    data = {f"az://{azure_container}/o/{i:03d}.bin": rng.randbytes(rng.randrange(1, 30_000))
+            for i in range(60)}  # fmt: skip
+    async with open_storage("az://", azurite.storage_options()) as clean:
+        await asyncio.gather(*(clean.write(uri, body) for uri, body in data.items()))
+    faults = Faults(throttle_rate=0.2, reset_rate=0.05, truncate_rate=0.05, seed=4)
+    with FaultProxy(azurite.url.rsplit("/", 1)[0], faults) as proxy:
+        options = {**azurite.storage_options(), "account_url": proxy.url + "/devstoreaccount1"}
+        async with open_storage("az://", options, retry=FAST_RETRY) as storage:
+            infos = await asyncio.gather(*(storage.stat(uri) for uri in data))
+            got = await asyncio.gather(
+                *(storage.read(i.uri, 0, i.size_bytes, version=i.version) for i in infos)
+            )
+        assert got == list(data.values())
+        assert proxy.injected["throttle"] > 5 and storage.stats.throttles > 5
