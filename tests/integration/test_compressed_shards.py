@@ -40,3 +40,24 @@ async def test_a_persistent_index_serves_compressed_shards(fixture: str, tmp_pat
     assert again.discovery_stats.from_persistent_index == len(again.shards)
     got = [json.dumps(to_jsonable(s), sort_keys=True) for s in again.head(again.num_samples)]
     assert got == [json.dumps(s, sort_keys=True) for s in reference(fixture)]
+
+
+def test_decompressed_shards_are_kept_in_the_disk_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zephon.formats import compression
+
+    calls = []
+    zstd = compression.MDS_CODECS["zstd"]
+    monkeypatch.setitem(compression.MDS_CODECS, "zstd", lambda data: calls.append(1) or zstd(data))
+
+    def epoch() -> list[str]:
+        ds = Dataset.from_path("m", str(FIXTURES / "mds-zstd"), index_cache=False)  # new codec
+        pipe = Pipeline(StaticMixtureWorkSource([ds], seed=1), rank=0, world_size=1,
+                        cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        return [json.dumps(to_jsonable(s), sort_keys=True) for s in pipe]
+
+    first = epoch()
+    assert len(calls) == 4  # each shard decompressed once
+    assert epoch() == first
+    assert len(calls) == 4  # the next epoch's fresh codec found them on disk

@@ -128,19 +128,35 @@ def decompress_whole(codec: str, data: bytes, codecs: dict[str, Callable[[bytes]
 
 class Inflated:
     """The last few shards decompressed whole, by ``(uri, version)``: a compressed shard is
-    decoded by every read that draws from it, and must be decompressed once, not per read."""
+    decoded by every read that draws from it, and must be decompressed once, not per read.
+
+    With ``disk`` (a :class:`~zephon.storage.DiskCache`), decompressed shards are also kept
+    on local disk, shared by the node's processes and the next epochs."""
 
     def __init__(self, keep: int = 4) -> None:
         self.keep = keep
+        self.disk: Any = None
         self._entries: OrderedDict[tuple[str, str], Any] = OrderedDict()
 
-    def get(self, key: tuple[str, str], make: Callable[[], Any]) -> Any:
+    def get(
+        self,
+        key: tuple[str, str],
+        inflate: Callable[[], bytes],
+        parse: Callable[[bytes], Any] = lambda raw: raw,
+    ) -> Any:
+        """``parse(inflate())`` of the shard at ``key = (uri, version)``, computed once."""
         value = self._entries.get(key)
-        if value is None:
-            value = make()
-            self._entries[key] = value
-            while len(self._entries) > self.keep:
-                self._entries.popitem(last=False)
-        else:
+        if value is not None:
             self._entries.move_to_end(key)
+            return value
+        uri, version = key[0] + "#inflated", key[1]
+        raw = self.disk.get(uri, version, 0, 1 << 62) if self.disk is not None else None
+        if raw is None:
+            raw = inflate()
+            if self.disk is not None:
+                self.disk.put(uri, version, 0, raw, end=len(raw))
+        value = parse(raw)
+        self._entries[key] = value
+        while len(self._entries) > self.keep:
+            self._entries.popitem(last=False)
         return value

@@ -148,6 +148,10 @@ class JsonlCodec:
             return values  # type: ignore[no-any-return]
         return [values[i - first] for i in samples]
 
+    def use_disk_cache(self, cache: Any) -> None:
+        """Keep decompressed shards in ``cache`` (a DiskCache) as well as in memory."""
+        self._inflated.disk = cache
+
     def decode(
         self,
         shard: ShardInfo,

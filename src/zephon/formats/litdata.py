@@ -233,6 +233,10 @@ class LitDataCodec:
         self._inflated = Inflated()
         self._setup()
 
+    def use_disk_cache(self, cache: Any) -> None:
+        """Keep decompressed shards in ``cache`` (a DiskCache) as well as in memory."""
+        self._inflated.disk = cache
+
     def decode(
         self, shard: ShardInfo, index: RecordIndex | WholeIndex, blob: Blob,
         samples: Sequence[int],

@@ -174,6 +174,10 @@ class MdsCodec:
         self._decoders = {}
         self._inflated = Inflated()
 
+    def use_disk_cache(self, cache: Any) -> None:
+        """Keep decompressed shards in ``cache`` (a DiskCache) as well as in memory."""
+        self._inflated.disk = cache
+
     def decode(
         self, shard: ShardInfo, index: RecordIndex | WholeIndex, blob: Blob,
         samples: Sequence[int],

@@ -47,13 +47,20 @@ def inflate_records(
     """A compressed record shard as an uncompressed one: its offsets and its bytes,
     decompressed once per shard (``inflated`` keeps the last few)."""
 
-    def inflate() -> tuple[RecordIndex, Blob]:
+    def fail(exc: ValueError) -> FormatError:
+        return FormatError(f"compressed shard: {exc}", dataset=dataset, uri=shard.uri)
+
+    def inflate() -> bytes:
         try:
-            raw = decompress_whole(index.codec, bytes(blob.slice(0, shard.size_bytes)), codecs)
+            return decompress_whole(index.codec, bytes(blob.slice(0, shard.size_bytes)), codecs)
+        except ValueError as exc:
+            raise fail(exc) from None
+
+    def parse(raw: bytes) -> tuple[RecordIndex, Blob]:
+        try:
             return parse_offsets_header(raw, index.count, len(raw)), Blob([(0, raw)])
         except ValueError as exc:
-            raise FormatError(f"compressed shard: {exc}", dataset=dataset,
-                              uri=shard.uri) from None  # fmt: skip
+            raise fail(exc) from None
 
-    out: tuple[RecordIndex, Blob] = inflated.get((shard.uri, shard.version), inflate)
+    out: tuple[RecordIndex, Blob] = inflated.get((shard.uri, shard.version), inflate, parse)
     return out

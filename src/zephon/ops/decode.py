@@ -51,15 +51,19 @@ class DecodeJob:
     parts: list[tuple[int, Bytes]]
     samples: Ints  # a request's int64 array, or any ints
     skip: bool
+    cache: Any = None  # the run's DiskCache, for codecs that keep decompressed shards
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Parts may be views of cached reads, which cannot cross processes: send bytes.
         parts = [(at, data if isinstance(data, bytes) else bytes(data)) for at, data in self.parts]
-        return (DecodeJob, (self.codec, self.shard, self.index, parts, self.samples, self.skip))
+        return (DecodeJob, (self.codec, self.shard, self.index, parts, self.samples, self.skip,
+                            self.cache))  # fmt: skip
 
 
 def decode_job(job: DecodeJob) -> tuple[list[Any], list[tuple[int, str]]]:
     """Decode a read; with ``skip``, failures are returned as ``(position, message)``."""
+    if job.cache is not None and hasattr(job.codec, "use_disk_cache"):
+        job.codec.use_disk_cache(job.cache)
     blob = Blob(job.parts)
     # Codecs take a list of ints (they index and loop in Python, where numpy scalars are slow)
     # unless they say they work on the array itself.

@@ -165,7 +165,7 @@ def _decode(
         r = f.request
         ds = datasets[r.dataset]
         return DecodeJob(ds.codec, ds.shards[r.shard], ds.indexes[r.shard], f.blob.parts,
-                         r.samples, skip)  # fmt: skip
+                         r.samples, skip, res.storages[r.dataset].cache)  # fmt: skip
 
     decoded: Channel[Decoded] = Channel(max(2, spec.decode_processes * 2))
     name = f"decode[{lane}]"
