@@ -218,6 +218,15 @@ class TestAzure(StorageContract):
             await storage.write(f"abfs://{azure_container}/c.txt", b"via abfs")
             assert await storage.read(f"az://{azure_container}/c.txt") == b"via abfs"
 
+    def test_the_adlfs_long_form_names_the_account(self) -> None:
+        from zephon.storage.azure import AzureBackend
+
+        backend = AzureBackend({"account_key": "a2V5"})
+        uri = "abfss://data@myacct.dfs.core.windows.net/train/part-0.jsonl"
+        assert backend._split(uri) == ("data", "train/part-0.jsonl")
+        assert backend._account_url() == "https://myacct.blob.core.windows.net"
+        assert "a2V5" not in repr(backend)
+
     async def test_missing_container_and_bad_key(self, azurite: Azurite) -> None:
         async with open_storage("az://", azurite.storage_options()) as storage:
             with pytest.raises(NotFound):

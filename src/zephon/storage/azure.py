@@ -121,10 +121,21 @@ class AzureBackend:
         return DefaultAzureCredential()
 
     def _blob(self, uri: str) -> Any:
-        container, name = split_bucket_key(uri)
+        container, name = self._split(uri)
         if not name:
             raise ConfigError(f"URI names no blob: {uri!r}")
         return self._client().get_blob_client(container, name)
+
+    def _split(self, uri: str) -> tuple[str, str]:
+        """``(container, blob name)``; the adlfs long form ``container@account.dfs.core.
+        windows.net`` also names the account, used when no option or variable does."""
+        bucket, name = split_bucket_key(uri)
+        container, at, host = bucket.partition("@")
+        if at and not self._account_url() and not self._options.get("connection_string"):
+            account = host.split(".", 1)[0]
+            self._options["account_url"] = f"https://{account}.blob.core.windows.net"
+            self._options.setdefault("account_name", account)
+        return container, name
 
     async def get_range(
         self, uri: str, start: int, stop: int, version: str | None
@@ -164,7 +175,8 @@ class AzureBackend:
 
     async def list_page(self, prefix: str, token: str | None) -> ListPage:
         scheme = prefix.partition("://")[0]
-        container, key = split_bucket_key(prefix)
+        bucket = split_bucket_key(prefix)[0]  # listed URIs keep the prefix's spelling
+        container, key = self._split(prefix)
         try:
             pages = (
                 self._client()
@@ -177,7 +189,7 @@ class AzureBackend:
             return [], None
         except Exception as exc:
             raise _translate(exc, prefix) from None
-        infos = [ObjectInfo(f"{scheme}://{container}/{b.name}", int(b.size), _etag(b.etag))
+        infos = [ObjectInfo(f"{scheme}://{bucket}/{b.name}", int(b.size), _etag(b.etag))
                  for b in page]  # fmt: skip
         return infos, pages.continuation_token or None
 
