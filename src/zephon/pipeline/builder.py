@@ -190,6 +190,23 @@ class Pipeline:
         tok = Tokenize(tokenizer, field, max_length, bos, eos)
         return self._with(Step("tokenize", tok, processes))
 
+    def to_training(
+        self,
+        ignore_index: int = -100,
+        dtype: str = "int64",
+        attention_mask: bool = False,
+        shift: bool = True,
+        rename_fields: dict[str, str] | None = None,
+        field: str = "input_ids",
+    ) -> Pipeline:
+        """Labels, position ids, ``cu_seqlens``/``max_seqlen`` and ``num_valid_tokens`` for a
+        causal LM loss, on rows (before ``batch``) or batches of packed rows (after it); see
+        :mod:`zephon.ops.training`."""
+        from zephon.ops.training import ToTraining
+
+        fn = ToTraining(ignore_index, dtype, attention_mask, shift, rename_fields, field)
+        return self._with(Step("map", fn, 0))
+
     def pack(
         self,
         seq_len: int,

@@ -1,0 +1,80 @@
+"""to_training: labels, positions and varlen boundaries from token rows and packed batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.errors import ConfigError
+from zephon.ops.training import ToTraining
+
+IGN = -100
+
+
+def packed_row() -> dict[str, Any]:
+    # two documents (3 and 4 tokens) and one pad
+    return {"input_ids": np.array([5, 6, 7, 8, 9, 10, 11, 0], np.int32),
+            "positions": np.array([0, 1, 2, 0, 1, 2, 3, 0], np.int32),
+            "segment_ids": np.array([1, 1, 1, 2, 2, 2, 2, 0], np.int32)}  # fmt: skip
+
+
+def test_a_packed_row() -> None:
+    out = ToTraining()(packed_row())
+    assert out["labels"].tolist() == [6, 7, IGN, 9, 10, 11, IGN, IGN]
+    assert out["position_ids"].tolist() == [0, 1, 2, 0, 1, 2, 3, 0]
+    assert out["cu_seqlens"].tolist() == [0, 3, 7, 8] and out["max_seqlen"] == 4
+    assert out["num_valid_tokens"] == 5
+    assert out["input_ids"].dtype == np.int64 and out["labels"].dtype == np.int64
+
+
+def test_a_batch_of_rows_flattens_the_boundaries() -> None:
+    a, b = packed_row(), packed_row()
+    b["segment_ids"] = np.array([1, 1, 1, 1, 1, 1, 1, 1], np.int32)
+    b["positions"] = np.arange(8, dtype=np.int32)
+    batch = {k: np.stack([a[k], b[k]]) for k in a}
+    out = ToTraining(attention_mask=True)(batch)
+    assert out["labels"].shape == (2, 8)
+    assert out["labels"][1].tolist() == [6, 7, 8, 9, 10, 11, 0, IGN]
+    assert out["cu_seqlens"].tolist() == [0, 3, 7, 8, 16] and out["max_seqlen"] == 8
+    assert out["attention_mask"].tolist()[0] == [1, 1, 1, 1, 1, 1, 1, 0]
+
+
+def test_loss_mask_unpacked_rows_shift_off_and_renames() -> None:
+    row = {"input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1]}
+    out = ToTraining(rename_fields={"input_ids": "tokens"}, dtype="int32")(row)
+    assert out["labels"].tolist() == [IGN, 3, 4, IGN]  # only predicting masked-in tokens
+    assert out["position_ids"].tolist() == [0, 1, 2, 3]
+    assert "tokens" in out and "input_ids" not in out and out["labels"].dtype == np.int32
+    hf = ToTraining(shift=False)(row)
+    assert hf["labels"].tolist() == [IGN, IGN, 3, 4]  # Hugging Face shifts inside the model
+
+
+def test_bad_input_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="input_ids"):
+        ToTraining()({"text": "no tokens"})
+    with pytest.raises(ConfigError, match="integer"):
+        ToTraining(dtype="float32")
+    with pytest.raises(ConfigError, match="shape"):
+        ToTraining()({"input_ids": [1, 2, 3], "loss_mask": [1, 1]})
+
+
+def _tokens(sample: dict[str, Any]) -> dict[str, Any]:
+    n = sample["id"] % 9 + 1
+    return {"input_ids": np.arange(1, n + 1, dtype=np.int32) + 100 * sample["id"]}
+
+
+def test_in_a_pipeline_after_pack_and_batch() -> None:
+    ds = Dataset.from_records("r", [{"id": i} for i in range(120)], samples_per_shard=40)
+    pipe = (Pipeline(StaticMixtureWorkSource([ds], seed=2), rank=0, world_size=1)
+            .map(_tokens).pack(16).batch(4).to_training())  # fmt: skip
+    batches = list(pipe)
+    assert batches and "map(to_training" in pipe.explain()
+    for b in batches:
+        ids, seg, labels = b["input_ids"], b["segment_ids"], b["labels"]
+        same = (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] != 0)
+        assert (labels[:, :-1][same] == ids[:, 1:][same]).all()
+        assert (labels[:, :-1][~same] == IGN).all() and (labels[:, -1] == IGN).all()
+        assert b["cu_seqlens"][-1] == ids.size
