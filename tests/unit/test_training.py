@@ -78,3 +78,31 @@ def test_in_a_pipeline_after_pack_and_batch() -> None:
         assert (labels[:, :-1][same] == ids[:, 1:][same]).all()
         assert (labels[:, :-1][~same] == IGN).all() and (labels[:, -1] == IGN).all()
         assert b["cu_seqlens"][-1] == ids.size
+
+
+def _sees_provenance(sample: dict[str, Any]) -> dict[str, Any]:
+    return {**sample, "seen": sample["_provenance"]["dataset"]}
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_provenance_names_dataset_shard_and_sample(processes: int) -> None:
+    a = Dataset.from_records("a", [{"id": i} for i in range(50)], samples_per_shard=20)
+    b = Dataset.from_records("b", [{"id": 1000 + i} for i in range(30)], samples_per_shard=7)
+    ws = StaticMixtureWorkSource([a, b], seed=4, shuffle="global")
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, provenance=True)
+    samples = list(pipe.map(_sees_provenance, processes=processes))
+    assert len(samples) == 80
+    # each dataset's samples in shard order: (shard URI, index in shard) -> id
+    where = {}
+    for ds in (a, b):
+        at = 0
+        for sh in ds.shards:
+            for k in range(sh.num_samples):
+                where[(ds.name, sh.uri, k)] = ds.head(ds.num_samples)[at + k]["id"]
+            at += sh.num_samples
+    for s in samples:
+        p = s["_provenance"]
+        assert where[(p["dataset"], p["shard"], p["sample"])] == s["id"]
+        assert s["seen"] == p["dataset"]
+    batch = next(iter(Pipeline(ws, rank=0, world_size=1, provenance=True).batch(5)))
+    assert [p["dataset"] for p in batch["_provenance"]] and len(batch["_provenance"]) == 5

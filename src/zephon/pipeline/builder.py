@@ -54,6 +54,9 @@ class Pipeline:
             shared safely by every process of the node (opt-in; see
             :class:`~zephon.storage.DiskCache`).
         cache_limit_bytes: the cache's size limit (least recently used ranges go first).
+        provenance: add ``sample["_provenance"] = {"dataset", "shard", "sample"}`` (dataset
+            name, shard URI, sample index in the shard) to every dict sample, for user ops and
+            batches (collated into a list per batch).
 
     Raises:
         ConfigError: invalid arguments.
@@ -78,6 +81,7 @@ class Pipeline:
         range_cache_bytes: int = 64 << 20,
         cache_dir: str | None = None,
         cache_limit_bytes: int = 64 << 30,
+        provenance: bool = False,
     ) -> None:
         if rank is None or world_size is None:
             env_rank, env_world = default_rank()
@@ -90,7 +94,7 @@ class Pipeline:
             limits=limits, retry=retry, decode_processes=decode_processes,
             prefetch_blocks=prefetch, range_cache_bytes=range_cache_bytes,
             cache_dir=None if cache_dir is None else str(cache_dir),
-            cache_limit_bytes=cache_limit_bytes,
+            cache_limit_bytes=cache_limit_bytes, provenance=provenance,
         )  # fmt: skip
         self._init(spec)
 

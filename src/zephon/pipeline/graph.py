@@ -217,6 +217,8 @@ async def _assemble(
     ready: list[Block] = []
 
     def emit(items: list[Any], rows: ChunkRows, failed: bool, nbytes: int) -> None:
+        if spec.provenance:
+            _add_provenance(datasets, items, rows)
         if failed:  # drop the placeholders of samples skipped under on_error="skip"
             keep = [not is_failed(x) for x in items]
             marks = rows.marks()
@@ -313,6 +315,16 @@ async def _stateful(
         async for block in stream:
             stats.items_out += len(block.items)
             await timed_send(out, block, stats)
+
+
+def _add_provenance(datasets: Any, items: list[Any], rows: ChunkRows) -> None:
+    """``item["_provenance"]``: where each dict sample came from (failed placeholders and
+    non-dict samples are left alone)."""
+    for item, d, s, i in zip(items, rows.dataset.tolist(), rows.shard.tolist(),
+                             rows.sample.tolist(), strict=True):  # fmt: skip
+        if isinstance(item, dict):
+            ds = datasets[d]
+            item["_provenance"] = {"dataset": ds.name, "shard": ds.shards[s].uri, "sample": i}
 
 
 async def _flatten(source: Channel[list[Fetched]]) -> AsyncIterator[Fetched]:

@@ -90,6 +90,7 @@ class PipelineSpec:
     range_cache_bytes: int = 64 << 20
     cache_dir: str | None = None
     cache_limit_bytes: int = 64 << 30
+    provenance: bool = False
     steps: tuple[Step, ...] = ()
     convert: Callable[[Any], Any] | None = None
 
