@@ -106,3 +106,56 @@ def test_provenance_names_dataset_shard_and_sample(processes: int) -> None:
         assert s["seen"] == p["dataset"]
     batch = next(iter(Pipeline(ws, rank=0, world_size=1, provenance=True).batch(5)))
     assert [p["dataset"] for p in batch["_provenance"]] and len(batch["_provenance"]) == 5
+
+
+def _texts() -> Dataset:
+    rows = [{"id": i, "text": "x" * (i * 7 % 40)} for i in range(60)]
+    return Dataset.from_records("t", rows, samples_per_shard=20)
+
+
+def test_tokenize_special_tokens_padding_and_masks() -> None:
+    ws = StaticMixtureWorkSource([_texts()], shuffle="none")
+    base = Pipeline(ws, rank=0, world_size=1)
+    for name, head, tail in (("bos_eos", [256], [257]), ("bos", [256], []),
+                             ("eos", [], [257]), ("none", [], [])):  # fmt: skip
+        s = next(iter(base.tokenize("bytes", special_tokens=name)))
+        assert s["input_ids"].tolist() == head + [ord("x")] * len(s["text"]) + tail
+    padded = list(base.tokenize("bytes", max_length=16, padding="max_length", pad_id=9,
+                                attention_mask=True))  # fmt: skip
+    for s in padded:
+        n = min(16, len(s["text"]) + 2)
+        assert len(s["input_ids"]) == 16 and s["attention_mask"].tolist() == [1] * n + [0] * (
+            16 - n
+        )
+        assert (s["input_ids"][n:] == 9).all()
+    with pytest.raises(ConfigError, match="special_tokens"):
+        base.tokenize("bytes", special_tokens="both")
+    with pytest.raises(ConfigError, match="max_length"):
+        base.tokenize("bytes", padding=True)
+
+
+def test_split_long_samples_keeps_every_token_and_resumes_exactly() -> None:
+    ws = StaticMixtureWorkSource([_texts()], seed=3, shuffle="global")
+
+    def pipe() -> Pipeline:
+        return Pipeline(ws, rank=0, world_size=1, lanes=2).tokenize(
+            "bytes", max_length=8, split_long_samples=True
+        )
+
+    full = [(s["id"], s.get("piece", 0), s["input_ids"].tolist()) for s in pipe()]
+    assert all(len(ids) <= 8 for _, _, ids in full)
+    by_id: dict[int, list[int]] = {}
+    for i, _, ids in sorted(full, key=lambda x: (x[0], x[1])):
+        by_id.setdefault(i, []).extend(ids)
+    assert all(by_id[i] == [256] + [ord("x")] * (i * 7 % 40) + [257] for i in range(60))
+    for cut in (1, 37, len(full) - 1):
+        first = pipe()
+        it = iter(first)
+        head = [next(it) for _ in range(cut)]
+        state = first.checkpoint()
+        it.close()
+        again = pipe()
+        again.restore(state)
+        rest = [(s["id"], s.get("piece", 0), s["input_ids"].tolist()) for s in again]
+        got = [(s["id"], s.get("piece", 0), s["input_ids"].tolist()) for s in head] + rest
+        assert got == full, cut

@@ -14,7 +14,20 @@ import numpy as np
 
 from zephon.errors import ConfigError
 
-__all__ = ["Tokenize"]
+__all__ = ["SplitLong", "Tokenize", "special_flags", "tokenize_ops"]
+
+_SPECIAL = {"bos_eos": (True, True), "bos": (True, False), "eos": (False, True),
+            "none": (False, False)}  # fmt: skip
+
+
+def special_flags(special_tokens: str) -> tuple[bool, bool]:
+    """``(bos, eos)`` of a ``special_tokens`` name."""
+    try:
+        return _SPECIAL[special_tokens]
+    except KeyError:
+        raise ConfigError(f"special_tokens must be one of {sorted(_SPECIAL)}, got "
+                          f"{special_tokens!r}") from None  # fmt: skip
+
 
 _BOS_NAMES = ("<s>", "<bos>", "[BOS]", "<|begin_of_text|>", "<|startoftext|>", "[CLS]")
 _EOS_NAMES = ("</s>", "<eos>", "[EOS]", "<|end_of_text|>", "<|endoftext|>", "[SEP]")
@@ -41,7 +54,11 @@ class Tokenize:
         max_length: int | None = None,
         bos: bool | int = True,
         eos: bool | int = True,
+        pad_to: int | None = None,
+        pad_id: int = 0,
+        attention_mask: bool = False,
     ) -> None:
+        self.pad_to, self.pad_id, self.attention_mask = pad_to, pad_id, attention_mask
         if isinstance(tokenizer, str | os.PathLike) and tokenizer != "bytes":
             tokenizer = self._from_file(os.fspath(tokenizer))
         self.tokenizer = tokenizer
@@ -150,5 +167,66 @@ class Tokenize:
             arrays = [np.array(ids, dtype=np.int32) for ids in self.encode(texts)]
         if self.max_length is not None:
             arrays = [a[: self.max_length] for a in arrays]
+        if self.pad_to is not None or self.attention_mask:
+            return [{**sample, **self._padded(a)} for sample, a in zip(samples, arrays,
+                                                                      strict=True)]  # fmt: skip
         out = [{**sample, "input_ids": a} for sample, a in zip(samples, arrays, strict=True)]
         return out
+
+    def _padded(self, ids: np.ndarray) -> dict[str, Any]:
+        n = len(ids)
+        if self.pad_to is not None and n < self.pad_to:
+            ids = np.concatenate((ids, np.full(self.pad_to - n, self.pad_id, np.int32)))
+        out: dict[str, Any] = {"input_ids": ids}
+        if self.attention_mask:
+            mask = np.zeros(len(ids), np.int8)
+            mask[:n] = 1
+            out["attention_mask"] = mask
+        return out
+
+
+class SplitLong:
+    """A stateless flat-map op: a sample whose ``input_ids`` exceed ``max_length`` becomes
+    pieces of at most ``max_length`` ids, each a sample with its ``piece`` number (resumes
+    exactly: on restore the document is split again and delivered pieces are skipped)."""
+
+    __name__ = "split_long_samples"
+
+    def __init__(self, max_length: int, attention_mask: bool = False) -> None:
+        self.max_length = max_length
+        self.attention_mask = attention_mask
+
+    async def __call__(self, stream: Any) -> Any:
+        n = self.max_length
+        async for sample in stream:
+            ids = sample["input_ids"]
+            if len(ids) <= n:
+                yield sample
+                continue
+            for piece, at in enumerate(range(0, len(ids), n)):
+                out = {**sample, "input_ids": ids[at : at + n], "piece": piece}
+                if self.attention_mask:
+                    out["attention_mask"] = np.ones(len(out["input_ids"]), np.int8)
+                yield out
+
+
+def tokenize_ops(
+    tokenizer: Any, field: str, max_length: int | None, bos: bool | int, eos: bool | int,
+    special_tokens: str | None, split_long_samples: bool, padding: bool | str, pad_id: int,
+    attention_mask: bool,
+) -> tuple[Tokenize, SplitLong | None]:  # fmt: skip
+    """The steps ``Pipeline.tokenize`` adds, its arguments checked."""
+    if special_tokens is not None:
+        bos, eos = special_flags(special_tokens)
+    if padding not in (False, True, "max_length"):
+        raise ConfigError(f"padding must be False, True or 'max_length', got {padding!r}")
+    if (split_long_samples or padding) and max_length is None:
+        raise ConfigError("split_long_samples and padding need max_length")
+    if split_long_samples and padding:
+        raise ConfigError("split_long_samples=True with padding: pieces are not padded; pad "
+                          "with a later map, or pack()")  # fmt: skip
+    tok = Tokenize(tokenizer, field, None if split_long_samples else max_length, bos, eos,
+                   pad_to=max_length if padding else None, pad_id=pad_id,
+                   attention_mask=attention_mask)  # fmt: skip
+    split = SplitLong(max_length, attention_mask) if split_long_samples and max_length else None
+    return tok, split

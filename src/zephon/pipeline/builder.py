@@ -184,15 +184,30 @@ class Pipeline:
         bos: bool | int = True,
         eos: bool | int = True,
         processes: int = 0,
+        *,
+        special_tokens: str | None = None,
+        split_long_samples: bool = False,
+        padding: bool | str = False,
+        pad_id: int = 0,
+        attention_mask: bool = False,
     ) -> Pipeline:
         """Add ``input_ids`` (int32) from ``sample[field]``, batch-encoding each block; see
-        :class:`~zephon.ops.tokenize.Tokenize` for the accepted tokenizers."""
-        from zephon.ops.tokenize import Tokenize
+        :class:`~zephon.ops.tokenize.Tokenize` for the accepted tokenizers.
+
+        ``special_tokens``: ``"bos_eos"``, ``"bos"``, ``"eos"`` or ``"none"`` (instead of
+        ``bos``/``eos``). ``split_long_samples=True``: a document longer than ``max_length``
+        becomes several samples of at most ``max_length`` ids (``piece`` 0, 1, ...; each
+        resumes exactly) instead of being truncated. ``padding="max_length"`` (or ``True``)
+        pads to ``max_length`` with ``pad_id``; ``attention_mask=True`` adds the 1/0 mask.
+        """
+        from zephon.ops.tokenize import tokenize_ops
 
         self._check_before_batch("tokenize")
         self._check_processes(processes, None, "tokenizer")
-        tok = Tokenize(tokenizer, field, max_length, bos, eos)
-        return self._with(Step("tokenize", tok, processes))
+        tok, split = tokenize_ops(tokenizer, field, max_length, bos, eos, special_tokens,
+                                  split_long_samples, padding, pad_id, attention_mask)  # fmt: skip
+        out = self._with(Step("tokenize", tok, processes))
+        return out._with(Step("apply", split)) if split is not None else out
 
     def to_training(
         self,
