@@ -215,7 +215,27 @@ def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path, processes
             pytest.fail(f"no exit within 30 s of SIGINT; stacks:\n{err[-6000:]}")
     assert child.returncode != 0 and "KeyboardInterrupt" in err
     assert "terminate called" not in err
-    assert _live_in_group(child.pid) == []  # no worker, forkserver or tracker left behind
+    # no worker, forkserver or resource tracker left behind (they notice the end of their
+    # parent on their own, so give them a moment: waited on with pidfds, not sleeps)
+    assert _gone_within(child.pid, 10.0) == []
+
+
+def _gone_within(pgid: int, timeout_s: float) -> list[int]:
+    """Processes of group ``pgid`` still running after waiting up to ``timeout_s`` for each."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    for pid in _live_in_group(pgid):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(fd)
+    return _live_in_group(pgid)
 
 
 def _live_in_group(pgid: int) -> list[int]:
