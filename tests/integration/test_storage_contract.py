@@ -218,6 +218,30 @@ class TestAzure(StorageContract):
             await storage.write(f"abfs://{azure_container}/c.txt", b"via abfs")
             assert await storage.read(f"az://{azure_container}/c.txt") == b"via abfs"
 
+    async def test_a_sas_token_reads_and_lists(
+        self, azurite: Azurite, azure_container: str
+    ) -> None:
+        from datetime import UTC, datetime, timedelta
+
+        from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+        from zephon.testing.servers import AZURITE_ACCOUNT, AZURITE_KEY
+
+        async with open_storage("az://", azurite.storage_options()) as storage:
+            await storage.write(f"az://{azure_container}/sas/a.txt", b"signed")
+        sas = generate_container_sas(
+            AZURITE_ACCOUNT, azure_container, account_key=AZURITE_KEY,
+            permission=ContainerSasPermissions(read=True, list=True),
+            expiry=datetime.now(UTC) + timedelta(hours=1),
+        )  # fmt: skip
+        options = {"account_url": azurite.url, "sas_token": sas}
+        async with open_storage("az://", options) as storage:
+            listed = [i.uri async for i in storage.list(f"az://{azure_container}/sas/")]
+            assert listed == [f"az://{azure_container}/sas/a.txt"]
+            assert await storage.read(listed[0]) == b"signed"
+            with pytest.raises(AccessDenied):  # read and list only
+                await storage.write(f"az://{azure_container}/sas/b.txt", b"no")
+
     def test_the_adlfs_long_form_names_the_account(self) -> None:
         from zephon.storage.azure import AzureBackend
 
