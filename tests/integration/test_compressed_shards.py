@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,27 @@ def test_decompressed_shards_are_kept_in_the_disk_cache(
     assert len(calls) == 4  # each shard decompressed once
     assert epoch() == first
     assert len(calls) == 4  # the next epoch's fresh codec found them on disk
+
+
+@pytest.mark.parametrize("fixture", ["mds-snappy", "litdata-zstd", "vortex"])
+def test_resume_is_exact_over_whole_read_and_self_read_shards(fixture: str) -> None:
+    kind = "vortex" if fixture == "vortex" else None
+    ds = Dataset.from_path(fixture, str(FIXTURES / fixture), format=kind, index_cache=False)
+
+    def pipe() -> Pipeline:
+        ws = StaticMixtureWorkSource([ds], seed=6, shuffle="global", stop_after_passes=2)
+        return Pipeline(ws, rank=0, world_size=1, lanes=2).shuffle(16)
+
+    def key(s: Any) -> str:
+        return json.dumps(to_jsonable(s), sort_keys=True)
+
+    full = [key(s) for s in pipe()]
+    for cut in (1, len(full) // 2, len(full) - 1):
+        first = pipe()
+        it = iter(first)
+        head = [key(next(it)) for _ in range(cut)]
+        state = json.loads(json.dumps(first.checkpoint()))
+        it.close()
+        again = pipe()
+        again.restore(state)
+        assert head + [key(s) for s in again] == full, cut
