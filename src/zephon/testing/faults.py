@@ -3,8 +3,10 @@
 Each request draws one fault from a seeded generator: a ``503 SlowDown`` answer, a reset
 connection, a truncated body (either cut mid-stream under the full ``Content-Length``, or sent
 whole under a shortened one), or nothing. Unsigned requests can be refused with 403, as a
-private bucket refuses anonymous clients. Every request can also be delayed. Counts of what was
-injected are kept in :attr:`FaultProxy.injected`.
+private bucket refuses anonymous clients. Bodies are streamed through (the first byte leaves
+as soon as the server sends it); only a request drawn for truncation is buffered. Every
+request can also be delayed. Counts of what was injected are kept in
+:attr:`FaultProxy.injected`.
 """
 
 from __future__ import annotations
@@ -112,12 +114,21 @@ class FaultProxy:
             data=await request.read() if request.body_exists else None,
             allow_redirects=False,
         ) as upstream:
-            body = await upstream.read()
             resp = web.StreamResponse(status=upstream.status)
             for key, value in upstream.headers.items():
                 if key.lower() not in _HOP_BY_HOP:
                     resp.headers.add(key, value)
-            length = int(upstream.headers.get("Content-Length", len(body)))
+            declared = upstream.headers.get("Content-Length")
+            if not truncate and declared is not None:  # stream: latency, not buffering
+                resp.content_length = int(declared)
+                await resp.prepare(request)
+                if request.method != "HEAD":
+                    async for piece in upstream.content.iter_chunked(1 << 16):
+                        await resp.write(piece)
+                await resp.write_eof()
+                return resp
+            body = await upstream.read()
+            length = int(declared) if declared is not None else len(body)
             if truncate and len(body) > 1:
                 self.injected["truncate"] += 1
                 cut = len(body) // 2
