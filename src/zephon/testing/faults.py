@@ -120,13 +120,7 @@ class FaultProxy:
                     resp.headers.add(key, value)
             declared = upstream.headers.get("Content-Length")
             if not truncate and declared is not None:  # stream: latency, not buffering
-                resp.content_length = int(declared)
-                await resp.prepare(request)
-                if request.method != "HEAD":
-                    async for piece in upstream.content.iter_chunked(1 << 16):
-                        await resp.write(piece)
-                await resp.write_eof()
-                return resp
+                return await _stream(request, resp, upstream, int(declared))
             body = await upstream.read()
             length = int(declared) if declared is not None else len(body)
             if truncate and len(body) > 1:
@@ -147,3 +141,16 @@ class FaultProxy:
                 await resp.write(body)
             await resp.write_eof()
             return resp
+
+
+async def _stream(
+    request: web.Request, resp: web.StreamResponse, upstream: aiohttp.ClientResponse, size: int
+) -> web.StreamResponse:
+    """Send ``upstream``'s body on as it arrives."""
+    resp.content_length = size
+    await resp.prepare(request)
+    if request.method != "HEAD":
+        async for piece in upstream.content.iter_chunked(1 << 16):
+            await resp.write(piece)
+    await resp.write_eof()
+    return resp
