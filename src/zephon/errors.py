@@ -27,6 +27,7 @@ __all__ = [
     "WorkerCrashed",
     "ZephonError",
     "first_error",
+    "native_reader_failure",
     "redact_uri",
 ]
 
@@ -187,6 +188,15 @@ class StateMismatch(ZephonError):
 
 class WorkerCrashed(ZephonError):
     """A process-pool worker died (killed, out of memory) while it held work."""
+
+
+def native_reader_failure(exc: BaseException) -> bool:
+    """An error raised by a native (Rust) format reader on bad data: Python errors, or a Rust
+    panic (pyo3's ``PanicException`` derives from ``BaseException``). Callers turn it into a
+    :class:`FormatError` naming the shard."""
+    return isinstance(exc, ValueError | OSError | IndexError | RuntimeError) or (
+        type(exc).__name__ == "PanicException"
+    )
 
 
 def first_error(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.errors import ConfigError, FormatError, NotFound
+from zephon.errors import ConfigError, FormatError, NotFound, native_reader_failure
 from zephon.formats.blob import Blob
 from zephon.formats.index import FragmentIndex
 from zephon.refs import ShardInfo
@@ -51,14 +51,6 @@ def lance_options(uri: str, options: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _lance_failure(exc: BaseException) -> bool:
-    """An error of Lance's reader: Python errors, or a Rust panic (pyo3's PanicException
-    derives from BaseException) on a corrupt file."""
-    return isinstance(exc, ValueError | OSError | IndexError | RuntimeError) or (
-        type(exc).__name__ == "PanicException"
-    )
-
-
 def _lance() -> Any:
     try:
         import lance
@@ -72,7 +64,7 @@ def _open(uri: str, options: dict[str, Any], version: int | None, name: str) -> 
     try:
         return lance.dataset(uri, version=version, storage_options=lance_options(uri, options))
     except BaseException as exc:
-        if not _lance_failure(exc):
+        if not native_reader_failure(exc):
             raise
         text = str(exc)
         if "not found" in text.lower() or "does not exist" in text.lower():
@@ -154,7 +146,7 @@ class LanceCodec:
             wanted, where = np.unique(np.asarray(samples, dtype=np.int64), return_inverse=True)
             table = fragment.take(wanted.tolist(), columns=self.columns)
         except BaseException as exc:
-            if not _lance_failure(exc):
+            if not native_reader_failure(exc):
                 raise
             raise FormatError(f"cannot read Lance rows ({exc})", dataset=self.dataset,
                               uri=shard.uri) from None  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.errors import ConfigError, FormatError, ZephonError
+from zephon.errors import ConfigError, FormatError, ZephonError, native_reader_failure
 from zephon.formats.blob import Blob
 from zephon.formats.index import FragmentIndex
 from zephon.refs import ObjectInfo, ShardInfo
@@ -55,19 +55,13 @@ class _StorageReader:
         return asyncio.run_coroutine_threadsafe(read, self.loop).result()
 
 
-def _failure(exc: BaseException) -> bool:
-    return isinstance(exc, ValueError | OSError | IndexError | RuntimeError) or (
-        type(exc).__name__ == "PanicException"  # pyo3's, a BaseException
-    )
-
-
 def _open(reader: _StorageReader, dataset: str) -> Any:
     try:
         return _vortex().open_readable(reader)
     except ZephonError:
         raise
     except BaseException as exc:
-        if not _failure(exc):
+        if not native_reader_failure(exc):
             raise
         raise FormatError(f"not a readable Vortex file ({str(exc)[:300]})", dataset=dataset,
                           uri=reader.uri) from None  # fmt: skip
@@ -167,7 +161,7 @@ class VortexCodec:
         except ZephonError:
             raise
         except BaseException as exc:
-            if not _failure(exc):
+            if not native_reader_failure(exc):
                 raise
             raise FormatError(f"cannot read Vortex rows ({str(exc)[:300]})",
                               dataset=self.dataset, uri=shard.uri) from None  # fmt: skip
