@@ -78,3 +78,13 @@ def exit_on_13(sample: dict[str, Any]) -> dict[str, Any]:
     if sample["id"] == 13:
         raise SystemExit(7)
     return sample
+
+
+def undelay(sample: dict[str, Any]) -> dict[str, Any]:
+    """The input id back out of :class:`Delay`'s ``(count, id)`` output."""
+    return {"id": sample["id"][1]}
+
+
+def as_tokens(sample: dict[str, Any]) -> dict[str, Any]:
+    """A document of ``id % 5 + 1`` tokens, each ``id + 1`` (0 is padding)."""
+    return {"input_ids": [sample["id"] + 1] * (sample["id"] % 5 + 1)}

@@ -93,3 +93,6 @@ class WorkerPool:
             queue = getattr(executor, "_call_queue", None)
             if queue is not None:
                 queue.cancel_join_thread()
+        manager = getattr(executor, "_executor_manager_thread", None)
+        if manager is not None:  # it notices the workers' end on its own: bounded wait for it
+            manager.join(max(1.0, deadline - time.monotonic()))

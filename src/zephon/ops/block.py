@@ -16,20 +16,42 @@ import numpy as np
 
 from zephon.refs import Cursor
 
-__all__ = ["Block", "ChunkRows", "Interleaved", "Mark", "Provenance", "SampleRef", "ref_at"]
+__all__ = [
+    "Block", "ChunkRows", "Interleaved", "Mark", "Position", "Provenance", "Residue", "SampleRef",
+    "high_water", "ref_at",
+]  # fmt: skip
 
 SampleRef = tuple[int, int, int]  # (dataset, shard, sample): where an item came from
+Position = tuple["Cursor | Residue | None", int]  # (chunk cursor, pointers of it delivered)
 # A lane position: (lane, chunk cursor or None at the lane's start, pointers of that chunk
 # delivered, states of the stateful ops (shuffle, pack, apply) in order: what they must skip,
-# or a custom op's {"state": ...}).
-Mark = tuple[int, Cursor | None, int, tuple[Any, ...]]
+# or a custom op's {"state": ...}, and the high water: None if the stateful ops had taken no
+# input past the position, else the (cursor, delivered) of the furthest input they had taken).
+Mark = tuple[int, "Cursor | Residue | None", int, tuple[Any, ...], Position | None]
+
+
+def high_water(mark: Mark) -> Position:
+    """How far into the lane the stateful ops had read when the item of ``mark`` left them:
+    replaying the lane from the mark's position up to there gives the same items."""
+    return mark[4] if mark[4] is not None else (mark[1], mark[2])
+
+
+@dataclass(frozen=True, slots=True)
+class Residue:
+    """In place of a cursor: the item comes from a residue handed over by re-laning (see
+    :mod:`zephon.pipeline.handover`). ``record`` is the residue as the checkpoint stores it,
+    ``at`` the item's mark in the old lane, ``rest`` the residues still to come after it."""
+
+    record: dict[str, Any]
+    at: Mark
+    rest: tuple[dict[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ChunkRows:
     """Provenance of a run of items from one chunk of one lane, one array entry per item:
     item ``i`` is sample ``(dataset[i], shard[i], sample[i])`` and, once received, leaves the
-    lane at ``(lane, cursor, delivered[i], ())``."""
+    lane at ``(lane, cursor, delivered[i], (), None)``."""
 
     lane: int
     cursor: Cursor
@@ -44,10 +66,10 @@ class ChunkRows:
 
     def marks(self) -> list[Any]:
         lane, cursor = repeat(self.lane), repeat(self.cursor)
-        return list(zip(lane, cursor, self.delivered.tolist(), repeat(())))
+        return list(zip(lane, cursor, self.delivered.tolist(), repeat(()), repeat(None)))
 
     def mark(self, i: int) -> Mark:
-        return (self.lane, self.cursor, int(self.delivered[i]), ())
+        return (self.lane, self.cursor, int(self.delivered[i]), (), None)
 
     def ref(self, i: int) -> SampleRef:
         return (int(self.dataset[i]), int(self.shard[i]), int(self.sample[i]))

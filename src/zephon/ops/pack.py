@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.ops.block import Block, Mark, ref_at
+from zephon.ops.block import Block, Mark, high_water, ref_at
 from zephon.ops.shuffle import start_mark, windowed
 
 __all__ = ["PACK_ALGORITHMS", "pack_blocks"]
@@ -88,7 +88,10 @@ async def _concat(
             return carry_refs[d] if d < 0 else ref_at(provenance, d)  # noqa: B023
 
         full = len(ids) // seq_len
-        rows, row_refs, row_marks = [], [], []
+        rows: list[Any] = []
+        row_refs: list[Any] = []
+        row_marks: list[Mark] = []
+        hw = high_water(block.mark(len(block.items) - 1))  # rows leave after the whole block
         if full:
             n = full * seq_len
             r_ids = ids[:n].reshape(full, seq_len)
@@ -107,11 +110,11 @@ async def _concat(
                 if t < len(ids) and pos[t] > 0:  # ... inside document doc[t]
                     d = int(doc[t])
                     prev = block.mark(d - 1) if d > 0 else before
-                    row_marks.append((*prev[:3], (*prev[3], int(pos[t]))))
+                    row_marks.append((*prev[:3], (*prev[3], int(pos[t])), hw))
                 else:  # ... at the start of the document after doc[t - 1]
                     d = int(doc[t - 1])
                     prev = block.mark(d) if d >= 0 else before
-                    row_marks.append((*prev[:3], (*prev[3], 0)))
+                    row_marks.append((*prev[:3], (*prev[3], 0), hw))
         rest = slice(full * seq_len, None)
         carry_ids, carry_pos = ids[rest].copy(), pos[rest].copy()
         carry_refs = {int(d) - len(docs): ref(int(d)) for d in np.unique(doc[rest])}
@@ -130,7 +133,7 @@ async def _concat(
         row["positions"][:k] = carry_pos
         row["segment_ids"][:k] = np.cumsum(seg)
         refs = [carry_refs[int(d)] for d in np.unique(carry_doc)]
-        yield Block(lane, [row], [refs], [(*before[:3], (*before[3], 0))])
+        yield Block(lane, [row], [refs], [(*before[:3], (*before[3], 0), high_water(before))])
 
 
 def _fit(docs: list[np.ndarray], seq_len: int, best: bool) -> list[list[tuple[np.ndarray, int]]]:

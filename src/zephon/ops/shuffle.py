@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.ops.block import Block, Mark
+from zephon.ops.block import Block, Mark, high_water
 from zephon.plan.permute import key_of, permute
 
 __all__ = ["shuffle_blocks", "start_mark", "windowed"]
@@ -22,7 +22,7 @@ __all__ = ["shuffle_blocks", "start_mark", "windowed"]
 def start_mark(lane: int, depth: int) -> Mark:
     """The mark of "nothing consumed yet" in a lane, for an op with ``depth`` stateful ops
     before it."""
-    return (lane, None, 0, (0,) * depth)
+    return (lane, None, 0, (0,) * depth, None)
 
 
 Window = Callable[[Mark, list[Any], list[Any]], tuple[list[Any], list[Any]]]
@@ -38,7 +38,8 @@ async def windowed(
 ) -> AsyncIterator[Block]:
     """Cut a lane's items into windows of ``size`` and emit ``transform(mark before the
     window, items, refs)`` for each, with window-relative marks: output ``j`` of a window is
-    marked (mark before the window, ``j + 1``). ``resume`` = (that mark, outputs to skip)."""
+    marked (mark before the window, ``j + 1``), its high water the window's last input's.
+    ``resume`` = (that mark, outputs to skip)."""
     before, skip = resume if resume is not None else (start_mark(lane, depth), 0)
     items: list[Any] = []
     refs: list[Any] = []
@@ -47,8 +48,10 @@ async def windowed(
     def emit() -> Block:
         nonlocal before, skip, items, refs, marks
         out, out_refs = transform(before, items, refs)
-        lane_, cursor, delivered, ops = before
-        out_marks: list[Mark] = [(lane_, cursor, delivered, (*ops, j + 1)) for j in range(len(out))]
+        lane_, cursor, delivered, ops, _ = before
+        hw = high_water(marks[-1])
+        out_marks: list[Mark] = [(lane_, cursor, delivered, (*ops, j + 1), hw)
+                                 for j in range(len(out))]  # fmt: skip
         block = Block(lane, out[skip:], out_refs[skip:], out_marks[skip:])
         before, skip = marks[-1], 0
         items, refs, marks = [], [], []

@@ -10,7 +10,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from zephon.errors import StateMismatch
-from zephon.ops.block import Block, Mark, Provenance, ref_at
+from zephon.ops.block import Block, Mark, Provenance, high_water, ref_at
 from zephon.ops.shuffle import start_mark
 
 __all__ = ["apply_block", "filter_batch", "map_batch", "run_apply"]
@@ -153,7 +153,7 @@ async def run_apply(
             op.restore(entry["state"])  # type: ignore[attr-defined]
         else:
             skip = int(entry)
-    start = start_mark(lane, depth)
+    start = resume[0] if resume is not None else start_mark(lane, depth)
     # mark: after the last input taken; before: before it; since: outputs produced since.
     last: dict[str, Any] = {"mark": start, "before": start, "since": 0, "ref": None}
     produced: list[tuple[Any, Any, Any]] = []
@@ -181,10 +181,11 @@ async def run_apply(
             continue
         if stateful:
             m = last["mark"]
-            mark = (*m[:3], (*m[3], {"state": op.state()}))  # type: ignore[attr-defined]
+            state = {"state": op.state()}  # type: ignore[attr-defined]
+            mark = (*m[:3], (*m[3], state), high_water(m))
         else:
             b = last["before"]
-            mark = (*b[:3], (*b[3], last["since"]))
+            mark = (*b[:3], (*b[3], last["since"]), high_water(last["mark"]))
         produced.append((out, last["ref"], mark))
         while ready:
             yield ready.pop(0)

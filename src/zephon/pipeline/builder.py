@@ -331,8 +331,11 @@ class Pipeline:
         """Continue, on the next iteration, exactly after what ``checkpoint`` records as
         received.
 
-        Reads only this rank's lanes. Raises ``StateMismatch`` naming what differs when the
-        checkpoint belongs to another pipeline (datasets, seed, lanes, operators...).
+        Reads only this rank's lanes. A merged checkpoint of another lane count is re-laned:
+        the rest of the curriculum, and the items operators held, are dealt to this
+        pipeline's lanes (exact as a multiset; the order after the cut changes). Raises
+        ``StateMismatch`` naming what differs when the checkpoint belongs to another pipeline
+        (datasets, seed, operators...) or lacks lanes it needs.
         """
         self._resume = state.restore(self.spec, checkpoint)
         self._received = self._resume.received()

@@ -25,12 +25,13 @@ from zephon.engine.pool import WorkerPool
 from zephon.engine.runner import ordered, stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
 from zephon.ops.batch import batch_blocks
-from zephon.ops.block import Block, ChunkRows, Mark
+from zephon.ops.block import Block, ChunkRows, Mark, Residue
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
 from zephon.ops.fetch import Fetched, RangeCache, group_requests, group_reservations, read_group
 from zephon.ops.pack import pack_blocks
 from zephon.ops.shuffle import shuffle_blocks
 from zephon.ops.transform import apply_block, run_apply
+from zephon.pipeline.handover import residue_end, residue_resume
 from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step
 from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
@@ -73,23 +74,54 @@ def build_lane(
     resume: dict[str, Any] | None, history: list[Any],
 ) -> Channel[Block]:  # fmt: skip
     """Start every stage of ``lane`` in ``tg``; returns the channel of its output blocks.
-    ``resume`` is the lane's entry of a restored checkpoint (planner state and mark);
+    ``resume`` is the lane's entry of a restored checkpoint (planner state and mark, and the
+    residues of old lanes it replays first after a re-laning: :mod:`zephon.pipeline.handover`);
     ``history`` the curriculum's re-laning generations."""
+    residues = resume.get("residues", []) if resume is not None else []
+    if residues:
+        assert resume is not None
+        head = block_channel(LANE_CHANNEL, spec)
+        name = f"handover[{lane}]"
+        body = _handover(tg, spec, res, lane, resume, history, head, res.stats(name))
+        tg.create_task(stage(name, res.stats(name), body))
+    else:
+        head = _segment(tg, spec, res, lane, spec.lanes, resume, history)
+    return _steps(tg, spec, res, str(lane), head, range(spec.stateful_prefix, len(spec.steps)),
+                  lane, None)  # fmt: skip
+
+
+def _segment(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int, lanes: int,
+    resume: dict[str, Any] | None, history: list[Any], until: int | None = None,
+    tag: str | None = None,
+) -> Channel[Block]:  # fmt: skip
+    """Lane ``lane`` of ``lanes`` from its planner to its last stateful step (up to the
+    lane position ``until``); ``tag`` names its stages."""
+    tag = str(lane) if tag is None else tag
     requests = spec.source.requests(
-        lane, spec.lanes, resume=resume["state"] if resume is not None else None,
-        history=history,
+        lane, lanes, resume=resume["state"] if resume is not None else None,
+        history=history, until=until,
     )  # fmt: skip
-    fetched = _fetch(tg, spec, res, lane, requests)
-    decoded = _decode(tg, spec, res, lane, fetched)
+    fetched = _fetch(tg, spec, res, tag, requests)
+    decoded = _decode(tg, spec, res, tag, fetched)
     current = block_channel(LANE_CHANNEL, spec)
-    name = f"assemble[{lane}]"
+    name = f"assemble[{tag}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats)))
-    resume_mark: Mark | None = resume["mark"] if resume is not None else None
-    depth = 0  # stateful steps so far: index of this step's state in a mark
-    for i, step in enumerate(spec.steps):
+    mark: Mark | None = resume["mark"] if resume is not None else None
+    return _steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark)
+
+
+def _steps(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, tag: str,
+    current: Channel[Block], indices: range, lane: int, resume_mark: Mark | None,
+) -> Channel[Block]:  # fmt: skip
+    """Start the steps ``indices`` of the chain on ``current``; returns their output."""
+    depth = sum(step.kind in STATEFUL for step in spec.steps[: indices.start])
+    for i in indices:
+        step = spec.steps[i]
         source, out = current, block_channel(LANE_CHANNEL, spec)
-        name = f"{step.kind}#{i}[{lane}]"
+        name = f"{step.kind}#{i}[{tag}]"
         stats = res.stats(name, str(step.processes or 1))
         if step.kind in STATEFUL:
             at = _step_resume(resume_mark, depth)
@@ -106,6 +138,34 @@ def build_lane(
     return current
 
 
+async def _handover(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
+    resume: dict[str, Any], history: list[Any], out: Channel[Block], stats: StageStats,
+) -> None:  # fmt: skip
+    """A re-laned lane: each residue handed to it (an old lane replayed from its checkpoint
+    up to its cut, its stateful steps flushing what they held), then its own curriculum.
+    Residue items are marked with a :class:`Residue` so a checkpoint can say where they are."""
+    residues = resume["residues"]
+    with closing(out):
+        for k, record in enumerate(residues):
+            zeros, at = residue_resume(spec, record)
+            rest = tuple(residues[k + 1 :])
+            segment = _segment(tg, spec, res, int(record["lane"]), int(record["lanes"]), at,
+                               history[: int(record["generation"])], residue_end(record),
+                               f"{lane}<{record['lane']}")  # fmt: skip
+            async for block in _counted(segment, stats):
+                marks: list[Mark] = [(lane, Residue(record, m, rest), 0, zeros, None)
+                                     for m in block.marks]  # fmt: skip
+                stats.items_out += len(block.items)
+                await timed_send(out, Block(lane, block.items, block.refs, marks, block.nbytes,
+                                            block.extra), stats)  # fmt: skip
+        own = {key: value for key, value in resume.items() if key != "residues"}
+        async for block in _counted(_segment(tg, spec, res, lane, spec.lanes, own, history),
+                                    stats):  # fmt: skip
+            stats.items_out += len(block.items)
+            await timed_send(out, block, stats)
+
+
 def block_channel(capacity: int, spec: PipelineSpec) -> Channel[Block]:
     """A channel of at most ``capacity`` blocks and about ``spec.block_bytes``."""
     return Channel(capacity, spec.block_bytes, _weight)
@@ -120,12 +180,12 @@ def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
     state."""
     if mark is None:
         return None
-    lane, cursor, delivered, ops = mark
-    return (lane, cursor, delivered, ops[:depth]), ops[depth]
+    lane, cursor, delivered, ops, hw = mark
+    return (lane, cursor, delivered, ops[:depth], hw), ops[depth]
 
 
 def _fetch(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
     requests: AsyncIterator[RangeRequest],
 ) -> Channel[list[Fetched]]:  # fmt: skip
     """Neighbouring requests grouped into storage reads, up to ``max_inflight_requests`` in
@@ -154,7 +214,7 @@ def _fetch(
 
 
 def _decode(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
     fetched: Channel[list[Fetched]],
 ) -> Channel[Decoded]:  # fmt: skip
     """Samples of each read, decoded in the event loop or, ordered, in the worker pool."""

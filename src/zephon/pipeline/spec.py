@@ -142,6 +142,12 @@ class PipelineSpec:
     def stateful_steps(self) -> int:
         return sum(step.kind in STATEFUL for step in self.steps)
 
+    @property
+    def stateful_prefix(self) -> int:
+        """Steps up to and including the last stateful one (those a handover replays)."""
+        return max((i + 1 for i, step in enumerate(self.steps) if step.kind in STATEFUL),
+                   default=0)  # fmt: skip
+
     def pool_size(self) -> int:
         """Worker processes the run needs: the most any step asks for."""
         return max([self.decode_processes, *(step.processes for step in self.steps)])

@@ -13,16 +13,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.block import Block, Mark
+from zephon.pipeline.handover import lane_entry, relane
 from zephon.pipeline.spec import PipelineSpec
 from zephon.refs import Cursor
 
 __all__ = ["Received", "Resume", "checkpoint", "merge_checkpoints", "merge_start", "restore"]
 
 CHECKPOINT_VERSION = 1
+_ENTRY = ("cursor", "delivered", "ops", "hw", "residues")  # a lane's position in a checkpoint
 
 
 class Received:
@@ -97,12 +97,10 @@ def checkpoint(spec: PipelineSpec, received: Received, resume: Resume) -> dict[s
         entry: dict[str, Any] = {"items": received.items.get(lane, 0),
                                  "ended": lane in received.ended}  # fmt: skip
         if lane in received.position:
-            _, cursor, delivered, ops = received.position[lane]
-            entry["cursor"] = cursor.to_dict() if cursor is not None else None
-            entry["delivered"] = delivered
-            entry["ops"] = list(ops)
+            entry.update(lane_entry(received.position[lane], spec.stateful_steps))
         elif lane in resume.lanes:
-            entry.update({k: resume.lanes[lane][k] for k in ("cursor", "delivered", "ops")})
+            restored = resume.lanes[lane]
+            entry.update({k: restored[k] for k in _ENTRY if k in restored})
         lanes[str(lane)] = entry
     out = {"zephon_checkpoint": CHECKPOINT_VERSION, **spec.identity(), "lane_states": lanes}
     if resume.history:
@@ -139,7 +137,12 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     lane_states = state.get("lane_states", {})
     history = list(state.get("history", []))
     if state.get("lanes") != spec.lanes:
-        return _relane(spec, state, history)
+        history, residues = relane(spec, state, history)
+        zeros = [0] * spec.stateful_steps
+        lanes = {lane: {"cursor": None, "delivered": 0, "ops": zeros, "state": None,
+                        "mark": None, "residues": residues[lane]}
+                 for lane in spec.my_lanes if lane in residues}  # fmt: skip
+        return Resume(lanes=lanes, history=history)
     missing = [lane for lane in spec.my_lanes if str(lane) not in lane_states]
     if missing:
         raise StateMismatch(
@@ -175,8 +178,12 @@ def _lane_resume(
     ops = tuple(x if isinstance(x, dict) else int(x) for x in entry.get("ops", ()))
     if len(ops) != spec.stateful_steps:
         raise StateMismatch("checkpoint's operator states do not match the chain")
-    return {"cursor": entry.get("cursor"), "delivered": entry["delivered"], "ops": list(ops),
-            "state": lane_state, "mark": (lane, cursor, int(entry["delivered"]), ops)}  # fmt: skip
+    hw = entry.get("hw")
+    mark = (lane, cursor, int(entry["delivered"]), ops,
+            None if hw is None else (Cursor.from_dict(hw["cursor"]) if hw["cursor"] else None,
+                                     int(hw["delivered"])))  # fmt: skip
+    out = {key: entry[key] for key in _ENTRY if key in entry}
+    return {**out, "ops": list(ops), "state": lane_state, "mark": mark}
 
 
 def _check_locations(spec: PipelineSpec, theirs: Any) -> None:
@@ -192,56 +199,6 @@ def _check_locations(spec: PipelineSpec, theirs: Any) -> None:
                 f"dataset {dataset.name!r} at {here['root']} changed since the checkpoint: "
                 "its shards have other versions (rewritten in place)"
             )
-
-
-def _relane(spec: PipelineSpec, state: dict[str, Any], history: list[Any]) -> Resume:
-    """A checkpoint of another lane count: what every old lane had drawn becomes a new
-    generation of the curriculum (:mod:`zephon.plan.relane`), dealt to this pipeline's lanes;
-    they start afresh on it. Needs every old lane's entry, each at a point where no operator
-    holds items (a shuffle window or pack row in progress cannot be handed over yet)."""
-    source = spec.source
-    old = int(state["lanes"])
-    if state.get("source") != source.describe():
-        source.check_state(
-            {
-                "describe": state.get("source"),
-                "cursor": source.start(0).to_dict(),
-                "delivered": 0,
-                "lanes": old,
-            },
-            old,
-        )  # raises, naming what differs
-    entries = state.get("lane_states", {})
-    missing = [lane for lane in range(old) if str(lane) not in entries]
-    if missing:
-        raise StateMismatch(
-            f"restoring a {old}-lane checkpoint into {spec.lanes} lanes needs every old lane, "
-            f"and lanes {missing} are missing: join every rank's checkpoint with "
-            "Pipeline.merge_checkpoints"
-        )
-    busy = [lane for lane in range(old)
-            if any(op != 0 for op in entries[str(lane)].get("ops", ()))]  # fmt: skip
-    if busy:
-        raise StateMismatch(
-            f"cannot restore a {old}-lane checkpoint into {spec.lanes} lanes: lanes {busy} "
-            "were inside a shuffle window, pack row or stateful apply() when it was taken "
-            f"(their items cannot be handed over yet); restore it with lanes={old}"
-        )
-    splits = source.splits(old, history)
-    cuts = []
-    for lane in range(old):
-        entry = entries[str(lane)]
-        if entry.get("ended"):
-            cuts.append([split.quota(lane) or 0 for split in splits])
-        elif entry.get("cursor"):
-            cursor = Cursor.from_dict(entry["cursor"])
-            chunk = next(source.chunks(lane, old, cursor, history))
-            taken = np.bincount(chunk.datasets[: int(entry["delivered"])],
-                                minlength=len(splits))  # fmt: skip
-            cuts.append([int(c) for c in np.asarray(cursor.counts) + taken])
-        else:
-            cuts.append([0] * len(splits))
-    return Resume(history=source.relane(old, history, cuts, spec.lanes))
 
 
 def _adopt_ratios(spec: PipelineSpec, theirs: Any) -> None:

@@ -119,7 +119,7 @@ def coalesce_chunks(
         c_s, d_s, sh_s, u_s, st_s, sp_s = chunk, datasets, shards, units, starts, stops
         w_s = windows
     else:
-        order = np.lexsort((starts, windows, units, shards, datasets, chunk))
+        order = _storage_order(chunk, datasets, shards, units, windows, starts)
         c_s, d_s, sh_s, u_s = chunk[order], datasets[order], shards[order], units[order]
         st_s, sp_s, w_s = starts[order], stops[order], windows[order]
     new = np.ones(n, dtype=bool)
@@ -144,7 +144,7 @@ def coalesce_chunks(
         bounds = np.append(heads_sorted, n)
     else:
         slot_s = slots[order]
-        by_slot = np.lexsort((slot_s, seg))
+        by_slot = np.argsort(seg * n + slot_s)  # (segment, slot): unique, one key
         seg_b = seg[by_slot]
         final_slots = slot_s[by_slot]
         final_samples = samples[order][by_slot]
@@ -185,6 +185,23 @@ def coalesce_chunks(
             )
         )
     return out
+
+
+def _storage_order(
+    chunk: np.ndarray, datasets: np.ndarray, shards: np.ndarray, units: np.ndarray,
+    windows: np.ndarray, starts: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """The stable order by (chunk, dataset, shard, unit, window, start). Each key costs a
+    sort pass, so chunk, dataset and shard are packed into one integer when they fit and
+    keys that do not vary (units and windows, mostly) are left out."""
+    keys = [starts]
+    keys += [k for k in (windows, units) if len(k) and k.min() != k.max()]
+    if len(chunk) and chunk.max() < 1 << 15 and datasets.max() < 1 << 15 and shards.max() < 1 << 32:
+        i64 = np.int64
+        keys.append((chunk.astype(i64) << 47) | (datasets.astype(i64) << 32) | shards.astype(i64))
+    else:
+        keys += [shards, datasets, chunk]
+    return np.lexsort(tuple(keys)) if len(keys) > 1 else np.argsort(keys[0], kind="stable")
 
 
 def _slot_windows(

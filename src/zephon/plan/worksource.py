@@ -338,12 +338,13 @@ class StaticMixtureWorkSource:
 
     async def requests(
         self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None,
-        history: Sequence[Mapping[str, Any]] = (),
+        history: Sequence[Mapping[str, Any]] = (), until: int | None = None,
     ) -> AsyncIterator[RangeRequest]:  # fmt: skip
         """Range requests of lane ``lane`` of ``lanes`` in curriculum order.
 
         With ``resume`` (a :meth:`state` dict), continues after the pointers it records as
-        delivered; ``history`` is the re-laning history (:meth:`splits`). Planning is
+        delivered; ``history`` is the re-laning history (:meth:`splits`); ``until``: stop
+        before the lane's pointer at that position (counted from the lane's start). Planning is
         synchronous and cheap; control returns to the event loop once
         a millisecond of it has run (about eight chunks), so the other stages stay responsive
         while the requests run as far ahead as the consumer of this iterator lets them.
@@ -353,9 +354,13 @@ class StaticMixtureWorkSource:
             start, skip = self.check_state(resume, lanes)
         since = time.perf_counter()
         for chunk in self.chunks(lane, lanes, start, history):
+            end = chunk.cursor.position + len(chunk) if until is None else until
+            if end <= chunk.cursor.position:
+                return
+            stop = end - chunk.cursor.position
             for request in chunk.requests:
-                if skip and request.slots[0] < skip:
-                    kept = request.slots >= skip
+                if (skip and request.slots[0] < skip) or request.slots[-1] >= stop:
+                    kept = (request.slots >= skip) & (request.slots < stop)
                     if not kept.any():
                         continue
                     request = request._replace(
