@@ -88,3 +88,12 @@ def undelay(sample: dict[str, Any]) -> dict[str, Any]:
 def as_tokens(sample: dict[str, Any]) -> dict[str, Any]:
     """A document of ``id % 5 + 1`` tokens, each ``id + 1`` (0 is padding)."""
     return {"input_ids": [sample["id"] + 1] * (sample["id"] % 5 + 1)}
+
+
+def die_once_on_7(marker: str, sample: dict[str, Any]) -> dict[str, Any]:
+    """Kills its process at sample 7 the first time only (``marker`` records that it did)."""
+    if sample["id"] == 7 and not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write("died")
+        os._exit(3)
+    return sample

@@ -7,10 +7,8 @@ consumer received (:mod:`zephon.pipeline.state`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import pickle
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
@@ -22,6 +20,7 @@ from zephon.errors import ConfigError
 from zephon.ops.block import Block
 from zephon.pipeline import state
 from zephon.pipeline.bridge import SyncBridge
+from zephon.pipeline.placement import placement
 from zephon.pipeline.progress import ProgressBar
 from zephon.pipeline.run import Run
 from zephon.pipeline.spec import PipelineSpec, Step, default_rank
@@ -118,34 +117,20 @@ class Pipeline:
         if any(step.kind == "batch" for step in self.spec.steps):
             raise ConfigError(f"{what} after batch() is not supported; put it before batch()")
 
-    @staticmethod
-    def _check_processes(processes: int, fn: Any, what: str) -> None:
-        if processes < 0:
-            raise ConfigError(f"processes must be >= 0, got {processes}")
-        if processes and asyncio.iscoroutinefunction(fn):
-            raise ConfigError(f"an async {what} cannot run in the process pool")
-        if processes and fn is not None:
-            try:
-                pickle.dumps(fn)
-            except Exception as exc:
-                name = getattr(fn, "__qualname__", repr(fn))
-                raise ConfigError(
-                    f"{what} {name!r} cannot be sent to worker processes ({exc}): with "
-                    "processes=N it must be picklable, e.g. a function defined at the top level "
-                    "of a module (not a lambda or a nested function), or use processes=0"
-                ) from None
-
-    def map(self, fn: Callable[[Any], Any], processes: int = 0) -> Pipeline:
+    def map(self, fn: Callable[[Any], Any], processes: int = 0, executor: Any = None) -> Pipeline:
         """``fn(sample) -> sample | None`` (sync or async; ``None`` drops the sample). With
-        ``processes=N``, ``fn`` must be a picklable top-level function; it runs in the
-        pipeline's worker pool, a block at a time, with identical output."""
-        self._check_processes(processes, fn, "function")
-        return self._with(Step("map", fn, processes))
+        ``processes=N`` (or ``executor=Local(N)``), ``fn`` must be a picklable top-level
+        function; it runs in the pipeline's worker pool, a block at a time, with identical
+        output. ``executor=Ray(...)`` runs it on Ray actors (:mod:`zephon.executors`)."""
+        inflight, remote = placement(processes, executor, fn, "function")
+        return self._with(Step("map", fn, inflight, executor=remote))
 
-    def filter(self, pred: Callable[[Any], Any], processes: int = 0) -> Pipeline:
-        """Keep samples for which ``pred(sample)`` is true (sync or async)."""
-        self._check_processes(processes, pred, "predicate")
-        return self._with(Step("filter", pred, processes))
+    def filter(
+        self, pred: Callable[[Any], Any], processes: int = 0, executor: Any = None
+    ) -> Pipeline:
+        """Keep samples for which ``pred(sample)`` is true (sync or async); placed like map."""
+        inflight, remote = placement(processes, executor, pred, "predicate")
+        return self._with(Step("filter", pred, inflight, executor=remote))
 
     def apply(self, op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Pipeline:
         """A custom operator: ``op(stream) -> stream``, an async generator over items.
@@ -190,6 +175,7 @@ class Pipeline:
         padding: bool | str = False,
         pad_id: int = 0,
         attention_mask: bool = False,
+        executor: Any = None,
     ) -> Pipeline:
         """Add ``input_ids`` (int32) from ``sample[field]``, batch-encoding each block; see
         :class:`~zephon.ops.tokenize.Tokenize` for the accepted tokenizers.
@@ -203,10 +189,10 @@ class Pipeline:
         from zephon.ops.tokenize import tokenize_ops
 
         self._check_before_batch("tokenize")
-        self._check_processes(processes, None, "tokenizer")
+        inflight, remote = placement(processes, executor, None, "tokenizer")
         tok, split = tokenize_ops(tokenizer, field, max_length, bos, eos, special_tokens,
                                   split_long_samples, padding, pad_id, attention_mask)  # fmt: skip
-        out = self._with(Step("tokenize", tok, processes))
+        out = self._with(Step("tokenize", tok, inflight, executor=remote))
         return out._with(Step("apply", split)) if split is not None else out
 
     def to_training(
@@ -271,11 +257,11 @@ class Pipeline:
         """Keep up to ``blocks`` blocks of output ready ahead of the consumer."""
         return self._with(prefetch_blocks=blocks)
 
-    def decode(self, processes: int = 0) -> Pipeline:
-        """Decode shards in a worker pool of ``processes`` (``0``: in the event loop)."""
-        if processes < 0:
-            raise ConfigError(f"processes must be >= 0, got {processes}")
-        return self._with(decode_processes=processes)
+    def decode(self, processes: int = 0, executor: Any = None) -> Pipeline:
+        """Decode shards in a worker pool of ``processes`` (``0``: in the event loop), or on
+        ``executor`` (:mod:`zephon.executors`)."""
+        inflight, remote = placement(processes, executor, None, "decoder")
+        return self._with(decode_processes=inflight, decode_executor=remote)
 
     # -- introspection ----------------------------------------------------------------
 

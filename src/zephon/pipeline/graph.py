@@ -22,6 +22,7 @@ import numpy as np
 
 from zephon.engine.channel import Channel, closing
 from zephon.engine.pool import WorkerPool
+from zephon.engine.raypool import RayPool
 from zephon.engine.runner import ordered, stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
 from zephon.ops.batch import batch_blocks
@@ -56,6 +57,11 @@ class Resources:
     ledger: SkipLedger
     stages: dict[str, StageStats] = field(default_factory=dict)
     encoder: ThreadPoolExecutor | None = None
+    remote: dict[Any, RayPool] = field(default_factory=dict)  # per Ray executor, its actors
+
+    def pool_for(self, executor: Any) -> Any:
+        """Where a step's blocks go: its Ray actors, or the pipeline's process pool."""
+        return self.pool if executor is None else self.remote[executor]
 
     def stats(self, name: str, concurrency: str = "1") -> StageStats:
         """A new stage's counters, registered under ``name``."""
@@ -230,7 +236,7 @@ def _decode(
     decoded: Channel[Decoded] = Channel(max(2, spec.decode_processes * 2))
     name = f"decode[{lane}]"
     stats = res.stats(name, str(spec.decode_processes or 1))
-    pool = res.pool
+    pool = res.pool_for(spec.decode_executor)
     if spec.decode_processes:
         assert pool is not None
 
@@ -325,8 +331,9 @@ async def _pooled(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, step: Step,
     source: Channel[Block], out: Channel[Block], stats: StageStats, name: str,
 ) -> None:  # fmt: skip
-    """map / filter / tokenize in the worker pool, ``step.processes`` blocks in flight."""
-    pool = res.pool
+    """map / filter / tokenize in the worker pool or on Ray actors, ``step.processes``
+    blocks in flight."""
+    pool = res.pool_for(step.executor)
 
     async def one(block: Block) -> Block:
         return await apply_block(step.kind, step.fn, block, pool, name)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from zephon.engine.pool import WorkerPool
+from zephon.engine.raypool import RayPool
 from zephon.engine.runner import first_error, stage
 from zephon.errors import ConfigError
 from zephon.ops.decode import SkipLedger
@@ -85,6 +86,7 @@ class Run:
             range_cache=RangeCache(spec.range_cache_bytes) if spec.range_cache_bytes else None,
             pool=WorkerPool(size) if size else None,
             ledger=SkipLedger(spec.max_skipped),
+            remote={executor: RayPool(executor) for executor in spec.remote_executors()},
         )  # fmt: skip
         try:
             try:
@@ -111,6 +113,8 @@ class Run:
         if res.pool is not None:  # idle by now; shutting down takes milliseconds
             pool, res.pool = res.pool, None
             pool.shutdown()
+        for remote in res.remote.values():
+            remote.close()
         if res.encoder is not None:  # at most one block's encoding to finish
             encoder, res.encoder = res.encoder, None
             encoder.shutdown(wait=True)

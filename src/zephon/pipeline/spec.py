@@ -7,6 +7,7 @@ produce the same stream.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,13 +32,18 @@ class Step:
 
     kind: str  # "map" | "filter" | "apply" | "tokenize" | "shuffle" | "pack" | "batch"
     fn: Any = None
-    processes: int = 0
+    processes: int = 0  # blocks in flight per lane off the event loop (0: in it)
     size: int = 0
     drop_last: bool = False
+    executor: Any = None  # a zephon.executors.Ray, or None: the pipeline's process pool
+
+    def identity(self) -> str:
+        """The step as a checkpoint knows it: where it runs does not change its output."""
+        return dataclasses.replace(self, processes=0, executor=None).label()
 
     def label(self) -> str:
-        """How the step appears in ``explain()`` and in a checkpoint's identity."""
-        where = f"{self.processes} processes" if self.processes else "in process"
+        """How the step appears in ``explain()``."""
+        where = placed(self.processes, self.executor)
         if self.kind == "batch":
             return f"batch({self.size}, drop_last={self.drop_last})"
         if self.kind == "shuffle":
@@ -53,6 +59,13 @@ class Step:
                     f"bos={t.bos}, eos={t.eos}; {where})")  # fmt: skip
         name = getattr(self.fn, "__name__", type(self.fn).__name__) if self.fn is not None else ""
         return f"{self.kind}({name}; {where})"
+
+
+def placed(processes: int, executor: Any) -> str:
+    """Where a step runs, for ``explain()``."""
+    if executor is not None:
+        return f"{executor!r}, {processes} blocks in flight per lane"
+    return f"{processes} processes" if processes else "in process"
 
 
 def default_rank() -> tuple[int, int]:
@@ -86,6 +99,7 @@ class PipelineSpec:
     limits: StorageLimits | None = None
     retry: RetryPolicy | None = None
     decode_processes: int = 0
+    decode_executor: Any = None
     prefetch_blocks: int = 4
     range_cache_bytes: int = 64 << 20
     cache_dir: str | None = None
@@ -149,8 +163,14 @@ class PipelineSpec:
                    default=0)  # fmt: skip
 
     def pool_size(self) -> int:
-        """Worker processes the run needs: the most any step asks for."""
-        return max([self.decode_processes, *(step.processes for step in self.steps)])
+        """Worker processes the run needs: the most any step placed on the pool asks for."""
+        local = [step.processes for step in self.steps if step.executor is None]
+        return max([self.decode_processes if self.decode_executor is None else 0, *local])
+
+    def remote_executors(self) -> list[Any]:
+        """The distinct Ray executors of the decode and the steps."""
+        found = [self.decode_executor, *(step.executor for step in self.steps)]
+        return list(dict.fromkeys(e for e in found if e is not None))
 
     def identity(self) -> dict[str, Any]:
         """What a checkpoint must match to restore into this pipeline."""
@@ -158,7 +178,7 @@ class PipelineSpec:
             "source": self.source.describe(),
             "locations": [d.location() for d in self.source.datasets],
             "lanes": self.lanes,
-            "ops": [step.label() for step in self.steps],
+            "ops": [step.identity() for step in self.steps],
             "on_error": self.on_error,
         }
 
@@ -166,7 +186,7 @@ class PipelineSpec:
         """The planned stages and their concurrency, as text."""
         ws = self.source
         names = ", ".join(f"{d.name} ({d.format}, {d.num_samples} samples)" for d in ws.datasets)
-        decode = f"{self.decode_processes} processes" if self.decode_processes else "in process"
+        decode = placed(self.decode_processes, self.decode_executor)
         if self.on_error == "skip":
             decode += ", skip bad samples"
         lines = [

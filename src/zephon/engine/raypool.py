@@ -1,0 +1,121 @@
+"""A pool of Ray actors with the worker pool's interface: ``await run(stage, fn, *args)``.
+
+Each call ships one block (``fn`` and its arguments; Ray puts large ones in its object store)
+to the actor with the fewest calls in flight and awaits the result's ``ObjectRef``, so the
+event loop never blocks on Ray. An actor that dies (killed, out of memory, its node lost) is
+replaced and the call runs again on the new one, up to ``max_retries`` times, then
+:class:`~zephon.errors.WorkerCrashed` names the stage. An exception raised by ``fn`` comes
+back with its type, its notes and the actor's traceback text as a note. ``close()`` kills
+every actor. Ray is imported only when a pool starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from zephon.errors import ConfigError, WorkerCrashed
+from zephon.executors import Ray
+
+__all__ = ["RayPool"]
+
+T = TypeVar("T")
+
+
+class _Actor:
+    """The actor's class: runs a block's function, returns its result or its exception."""
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any, str]:
+        try:
+            return True, fn(*args), ""
+        except Exception as exc:  # shipped back whole: the consumer sees the original type
+            return False, exc, "".join(traceback.format_exception(exc))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayPool:
+    """Actors started on first use (connecting to the cluster off the event loop)."""
+
+    def __init__(self, config: Ray) -> None:
+        self.config = config
+        self._actors: list[Any] = []
+        self._load: list[int] = []
+        self._starting: asyncio.Task[None] | None = None
+        self._ray: Any = None
+        self._remote: Any = None
+        self.retries = 0
+
+    async def _start(self) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(
+                "executor=Ray(...) needs the ray package: pip install 'zephon[ray]'"
+            ) from None
+        config = self.config
+        if not ray.is_initialized():
+            address = config.address or os.environ.get("RAY_ADDRESS")
+            await asyncio.to_thread(ray.init, address=address, ignore_reinit_error=True,
+                                    log_to_driver=False, include_dashboard=False)  # fmt: skip
+        self._ray = ray
+        options: dict[str, Any] = {"num_cpus": config.num_cpus_per_actor, "max_restarts": 0}
+        if config.runtime_env is not None:
+            options["runtime_env"] = config.runtime_env
+        self._remote = ray.remote(_Actor).options(**options)
+        self._actors = [self._remote.remote() for _ in range(config.num_actors)]
+        self._load = [0] * config.num_actors
+
+    async def _ready(self) -> None:
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on an actor (see the module doc for failures)."""
+        await self._ready()
+        ray = self._ray
+        for attempt in range(self.config.max_retries + 1):
+            i = min(range(len(self._actors)), key=self._load.__getitem__)
+            actor = self._actors[i]
+            self._load[i] += 1
+            try:
+                ok, value, trace = await actor.call.remote(fn, *args)
+            except ray.exceptions.RayActorError:
+                if self._actors[i] is actor:  # the first call to notice: replace the actor
+                    self._actors[i] = self._remote.remote()
+                    self.retries += 1
+                if attempt == self.config.max_retries:
+                    raise WorkerCrashed(
+                        f"a Ray actor died while running stage {stage!r}, "
+                        f"{attempt + 1} times for the same block (killed, out of memory, "
+                        "a crash in native code, or its node lost)"
+                    ) from None
+                continue
+            finally:
+                self._load[i] -= 1
+            if not ok:
+                value.add_note(f"zephon: raised in a Ray actor; its traceback:\n{trace}")
+                raise value
+            return value  # type: ignore[no-any-return]
+        raise AssertionError("unreachable")
+
+    async def pids(self) -> list[int]:
+        """The actors' process ids."""
+        await self._ready()
+        return list(await asyncio.gather(*(a.pid.remote() for a in self._actors)))
+
+    def close(self) -> None:
+        """Kill every actor (the cluster, and the connection to it, stay)."""
+        ray, self._ray = self._ray, None
+        if ray is None:
+            return
+        for actor in self._actors:
+            with contextlib.suppress(Exception):  # already gone, or the cluster is down
+                ray.kill(actor, no_restart=True)
+        self._actors, self._load = [], []

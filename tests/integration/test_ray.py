@@ -1,0 +1,149 @@
+"""CPU-heavy steps on Ray actors, against a real local Ray head (``ray start --head`` on
+loopback with 2 CPUs): the same output and checkpoints as in process, dead actors replaced,
+user errors with their type, every actor released on close."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import pipeline_fns as fns
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource, WorkerCrashed
+from zephon.errors import ConfigError
+from zephon.executors import Local, Ray
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def address() -> Iterator[str]:
+    from zephon.testing.ray import RayCluster
+
+    cluster = RayCluster(cpus=2)
+    try:
+        yield cluster.start()
+    finally:
+        ray.shutdown()
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def data() -> list[Dataset]:
+    return [
+        Dataset.from_records("a", [{"id": i, "text": f"doc {i} " * (i % 7 + 1)}
+                                   for i in range(600)], samples_per_shard=50),
+        Dataset.from_records("b", [{"id": 10_000 + i, "text": f"b {i}"} for i in range(300)],
+                             samples_per_shard=40),
+    ]  # fmt: skip
+
+
+def pipeline(data: list[Dataset], lanes: int = 2, **place: Any) -> Pipeline:
+    ws = StaticMixtureWorkSource(data, seed=3, shuffle="global", chunk_size=64)
+    return (Pipeline(ws, rank=0, world_size=1, lanes=lanes).shuffle(37)
+            .map(fns.double, **place).filter(fns.keep_even, **place).batch(16))  # fmt: skip
+
+
+def ids(batches: list[Any]) -> list[int]:
+    return [int(x) for b in batches for x in b["id"]]
+
+
+def test_the_same_output_as_in_process(data: list[Dataset], address: str) -> None:
+    want = ids(list(pipeline(data)))
+    executor = Ray(num_actors=2, address=address)
+    assert ids(list(pipeline(data, executor=executor))) == want
+    decoded = pipeline(data, executor=executor).decode(executor=executor)
+    assert ids(list(decoded)) == want
+
+
+def test_checkpoints_are_interchangeable_with_local_pools(
+    data: list[Dataset], address: str
+) -> None:
+    want = ids(list(pipeline(data)))
+    for first, second in [
+        ({"executor": Ray(2, address=address)}, {}),
+        ({"executor": Local(2)}, {"executor": Ray(2, address=address)}),
+    ]:
+        pipe = pipeline(data, **first)
+        it = iter(pipe)
+        head = [next(it) for _ in range(9)]
+        state = pipe.checkpoint()
+        del it
+        again = pipeline(data, **second)
+        again.restore(state)
+        assert ids(head) + ids(list(again)) == want
+
+
+def test_a_dead_actor_is_replaced_and_its_block_run_again(
+    data: list[Dataset], address: str, tmp_path: Path
+) -> None:
+    want = ids(list(pipeline(data)))
+    dies_once = partial(fns.die_once_on_7, str(tmp_path / "died"))
+    ws = StaticMixtureWorkSource(data, seed=3, shuffle="global", chunk_size=64)
+    pipe = (Pipeline(ws, rank=0, world_size=1, lanes=2).shuffle(37)
+            .map(dies_once, executor=Ray(2, address=address)).map(fns.double)
+            .filter(fns.keep_even).batch(16))  # fmt: skip
+    assert ids(list(pipe)) == want
+    assert (tmp_path / "died").exists()  # it did die once
+
+
+def test_an_actor_that_keeps_dying_raises_worker_crashed(
+    data: list[Dataset], address: str
+) -> None:
+    ws = StaticMixtureWorkSource(data, seed=3)
+    pipe = Pipeline(ws).map(fns.die_on_7, executor=Ray(2, address=address, max_retries=1))
+    with pytest.raises(WorkerCrashed, match=r"stage 'map#0\[0\]'.*2 times"):
+        list(pipe)
+
+
+def test_a_user_error_keeps_its_type_and_traceback(data: list[Dataset], address: str) -> None:
+    pipe = Pipeline(StaticMixtureWorkSource(data, seed=3)).map(
+        fns.fail_on_13, executor=Ray(1, address=address)
+    )
+    with pytest.raises(KeyError, match="no luck for 13") as info:
+        list(pipe)
+    notes = "\n".join(info.value.__notes__)
+    assert "sample 13" in notes and "raised in a Ray actor" in notes
+    assert 'pipeline_fns.py", line' in notes and "in fail_on_13" in notes
+
+
+def test_close_releases_every_actor(data: list[Dataset], address: str) -> None:
+    pipe = pipeline(data, executor=Ray(2, address=address))
+    it = iter(pipe)
+    next(it)
+    run = pipe._last
+    assert run is not None and run.res is not None and run.loop is not None
+    (pool,) = run.res.remote.values()
+    pids = asyncio.run_coroutine_threadsafe(pool.pids(), run.loop).result(30)
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    it.close()  # what `break` does
+    deadline = time.monotonic() + 30
+    for pid in pids:  # killed by close(): wait for each to be gone, bounded, without sleeps
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            assert select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0], pid
+        finally:
+            os.close(fd)
+
+
+def test_placement_errors_are_config_errors(data: list[Dataset]) -> None:
+    pipe = Pipeline(StaticMixtureWorkSource(data))
+    with pytest.raises(ConfigError, match="not both"):
+        pipe.map(fns.double, processes=2, executor=Ray(2))
+    with pytest.raises(ConfigError, match="executor must be"):
+        pipe.map(fns.double, executor="ray")
+    with pytest.raises(ConfigError, match="num_actors"):
+        Ray(num_actors=0)
+    assert "secret" not in repr(Ray(address="ray://user:secret@head:10001"))
+    placed = pipe.map(fns.double, executor=Ray(3)).explain()
+    assert "Ray(num_actors=3" in placed and "6 blocks in flight per lane" in placed
