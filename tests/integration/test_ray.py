@@ -94,9 +94,7 @@ def test_a_dead_actor_is_replaced_and_its_block_run_again(
     assert (tmp_path / "died").exists()  # it did die once
 
 
-def test_an_actor_that_keeps_dying_raises_worker_crashed(
-    data: list[Dataset], address: str
-) -> None:
+def test_an_actor_that_keeps_dying_raises_worker_crashed(data: list[Dataset], address: str) -> None:
     ws = StaticMixtureWorkSource(data, seed=3)
     pipe = Pipeline(ws).map(fns.die_on_7, executor=Ray(2, address=address, max_retries=1))
     with pytest.raises(WorkerCrashed, match=r"stage 'map#0\[0\]'.*2 times"):
