@@ -71,9 +71,15 @@ class RayPool:
         self._actors = [self._remote.remote() for _ in range(config.num_actors)]
         self._load = [0] * config.num_actors
 
-    async def _ready(self) -> None:
+    def prestart(self) -> None:
+        """Connect and start the actors in the background (a run calls this at its start, so
+        actor start-up overlaps planning and the first fetches)."""
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start())
+
+    async def _ready(self) -> None:
+        self.prestart()
+        assert self._starting is not None
         await asyncio.shield(self._starting)
 
     async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:

@@ -88,6 +88,8 @@ class Run:
             ledger=SkipLedger(spec.max_skipped),
             remote={executor: RayPool(executor) for executor in spec.remote_executors()},
         )  # fmt: skip
+        for remote in res.remote.values():
+            remote.prestart()
         try:
             try:
                 await calibrate(spec, res.storages)
