@@ -53,7 +53,10 @@ def tokenize_batch(tok: Any, items: list[Any], refs: Provenance) -> list[Any]:
     try:
         return list(tok.batch(items))
     except Exception as exc:
-        exc.add_note(f"zephon: tokenize failed in a block starting at {_describe(ref_at(refs, 0))}")
+        at = getattr(exc, "zephon_index", None)
+        where = (f"on {_describe(ref_at(refs, at))}" if at is not None
+                 else f"in a block starting at {_describe(ref_at(refs, 0))}")  # fmt: skip
+        exc.add_note(f"zephon: tokenize failed {where}")
         raise
 
 

@@ -53,6 +53,8 @@ class Step:
             return (
                 f"pack({seq_len}, {algorithm}, pad_id={pad_id}, field={field!r}, window={window})"
             )
+        if self.kind == "tokenize" and hasattr(self.fn, "describe"):
+            return f"{self.fn.describe()[:-1]}; {where})"
         if self.kind == "tokenize":
             t = self.fn
             return (f"tokenize({t.kind}, field={t.field!r}, max_length={t.max_length}, "

@@ -1,0 +1,116 @@
+"""The text and token steps of :class:`~zephon.pipeline.builder.Pipeline`: tokenize,
+tokenize_chat, pack and to_training (a mixin, so the builder stays about the pipeline)."""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from zephon.errors import ConfigError
+from zephon.pipeline.placement import placement
+from zephon.pipeline.spec import Step
+
+__all__ = ["TextSteps"]
+
+
+class TextSteps:
+    """Steps from text to training rows; each returns a new pipeline."""
+
+    def _with(self, step: Step | None = None, **changes: Any) -> Self:
+        raise NotImplementedError
+
+    def _check_before_batch(self, what: str) -> None:
+        raise NotImplementedError
+
+    def tokenize(
+        self,
+        tokenizer: Any,
+        field: str = "text",
+        max_length: int | None = None,
+        bos: bool | int = True,
+        eos: bool | int = True,
+        processes: int = 0,
+        *,
+        special_tokens: str | None = None,
+        split_long_samples: bool = False,
+        padding: bool | str = False,
+        pad_id: int = 0,
+        attention_mask: bool = False,
+        executor: Any = None,
+    ) -> Self:
+        """Add ``input_ids`` (int32) from ``sample[field]``, batch-encoding each block; see
+        :class:`~zephon.ops.tokenize.Tokenize` for the accepted tokenizers.
+
+        ``special_tokens``: ``"bos_eos"``, ``"bos"``, ``"eos"`` or ``"none"`` (instead of
+        ``bos``/``eos``). ``split_long_samples=True``: a document longer than ``max_length``
+        becomes several samples of at most ``max_length`` ids (``piece`` 0, 1, ...; each
+        resumes exactly) instead of being truncated. ``padding="max_length"`` (or ``True``)
+        pads to ``max_length`` with ``pad_id``; ``attention_mask=True`` adds the 1/0 mask.
+        """
+        from zephon.ops.tokenize import tokenize_ops
+
+        self._check_before_batch("tokenize")
+        inflight, remote = placement(processes, executor, None, "tokenizer")
+        tok, split = tokenize_ops(tokenizer, field, max_length, bos, eos, special_tokens,
+                                  split_long_samples, padding, pad_id, attention_mask)  # fmt: skip
+        out = self._with(Step("tokenize", tok, inflight, executor=remote))
+        return out._with(Step("apply", split)) if split is not None else out
+
+    def tokenize_chat(
+        self,
+        tokenizer: Any,
+        field: str = "messages",
+        chat_template: str | None = None,
+        max_length: int | None = None,
+        loss_on: str = "assistant",
+        processes: int = 0,
+        executor: Any = None,
+    ) -> Self:
+        """Render ``sample[field]`` (a conversation) with the chat template, tokenize it and
+        add ``input_ids`` and ``loss_mask`` (1 exactly on assistant tokens; ``loss_on="last"``:
+        the last assistant turn only); see :mod:`zephon.ops.chat`. ``explain()`` says how the
+        assistant tokens are found (the template's generation spans, or prefix-diff)."""
+        from zephon.ops.chat import ChatTokenize
+
+        self._check_before_batch("tokenize_chat")
+        inflight, remote = placement(processes, executor, None, "tokenizer")
+        tok = ChatTokenize(tokenizer, field, chat_template, max_length, loss_on)
+        return self._with(Step("tokenize", tok, inflight, executor=remote))
+
+    def to_training(
+        self,
+        ignore_index: int = -100,
+        dtype: str = "int64",
+        attention_mask: bool = False,
+        shift: bool = True,
+        rename_fields: dict[str, str] | None = None,
+        field: str = "input_ids",
+    ) -> Self:
+        """Labels, position ids, ``cu_seqlens``/``max_seqlen`` and ``num_valid_tokens`` for a
+        causal LM loss, on rows (before ``batch``) or batches of packed rows (after it); see
+        :mod:`zephon.ops.training`."""
+        from zephon.ops.training import ToTraining
+
+        fn = ToTraining(ignore_index, dtype, attention_mask, shift, rename_fields, field)
+        return self._with(Step("map", fn, 0))
+
+    def pack(
+        self,
+        seq_len: int,
+        algorithm: str = "concat",
+        pad_id: int = 0,
+        field: str = "input_ids",
+        window: int = 1024,
+    ) -> Self:
+        """Rows of exactly ``seq_len`` tokens with ``input_ids``, ``positions`` and
+        ``segment_ids``; ``algorithm`` is ``concat`` (no token lost), ``first_fit`` or
+        ``best_fit`` (over windows of ``window`` documents, padded with ``pad_id``)."""
+        from zephon.ops.pack import PACK_ALGORITHMS
+
+        if seq_len < 1:
+            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
+        if algorithm not in PACK_ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {PACK_ALGORITHMS}, got {algorithm!r}")
+        if window < 1:
+            raise ConfigError(f"window must be >= 1, got {window}")
+        self._check_before_batch("pack")
+        return self._with(Step("pack", (seq_len, algorithm, pad_id, field, window)))
