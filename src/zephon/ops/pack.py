@@ -1,7 +1,10 @@
 """pack: token sequences into rows of exactly ``seq_len`` tokens, per lane.
 
 Rows hold ``input_ids``, ``positions`` (restarting at 0 in each document, continuing where a
-document was split) and ``segment_ids`` (1, 2, ... per document in the row; 0 for padding).
+document was split), ``segment_ids`` (1, 2, ... per document in the row; 0 for padding) and
+the documents' other per-token fields (``loss_mask``, ...: every field as long as the ids,
+or those named), cut and padded alongside the ids (padding 0). ``to_training`` turns
+segments and positions into labels, ``position_ids`` and ``cu_seqlens``.
 
 - ``concat``: documents end to end, split at row boundaries; no token is lost (the final row
   is padded). A row's mark is the mark before the document the *next* row starts in plus the
@@ -9,12 +12,19 @@ document was split) and ``segment_ids`` (1, 2, ... per document in the row; 0 fo
 - ``first_fit`` / ``best_fit``: documents of a window of ``window`` documents are placed into
   rows (first row with room / the fullest row with room), padded with ``pad_id``; a document
   shorter than ``seq_len`` is never split; longer ones are cut into ``seq_len`` pieces first.
-  Marks are window-relative, like ``shuffle``.
+- ``best_fit_wrap``: best fit, but a document that fits in no open row is not given a new
+  one: its head fills the row with the most room and the rest wraps on (into the best row
+  for it, or a new one). Rows are full but for the window's last; more documents are split.
+
+Fit algorithms take at most ``max_sequences_per_bin`` documents per row; marks are
+window-relative, like ``shuffle``. Documents shorter than ``min_sequence_length`` are
+dropped (the user asked for it).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,9 +33,56 @@ from zephon.errors import ConfigError
 from zephon.ops.block import Block, Mark, high_water, ref_at
 from zephon.ops.shuffle import start_mark, windowed
 
-__all__ = ["PACK_ALGORITHMS", "pack_blocks"]
+__all__ = ["PACK_ALGORITHMS", "Packing", "pack_blocks"]
 
-PACK_ALGORITHMS = ("concat", "first_fit", "best_fit")
+PACK_ALGORITHMS = ("concat", "first_fit", "best_fit", "best_fit_wrap")
+_OWN = ("positions", "segment_ids")
+
+
+@dataclass(frozen=True)
+class Packing:
+    """A pack step's parameters. ``fields``: the per-token fields carried (``None``: every
+    field as long as the ids; ``()``: none)."""
+
+    seq_len: int
+    algorithm: str = "concat"
+    pad_id: int = 0
+    field: str = "input_ids"
+    window: int = 1024
+    fields: tuple[str, ...] | None = ()
+    min_sequence_length: int = 1
+    max_sequences_per_bin: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1:
+            raise ConfigError(f"seq_len must be >= 1, got {self.seq_len}")
+        if self.algorithm not in PACK_ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {PACK_ALGORITHMS}, got {self.algorithm!r}")
+        if self.window < 1 or self.min_sequence_length < 1:
+            raise ConfigError("window and min_sequence_length must be >= 1")
+        limit = self.max_sequences_per_bin
+        if limit is not None and (limit < 1 or self.algorithm == "concat"):
+            raise ConfigError("max_sequences_per_bin must be >= 1, with a fit algorithm "
+                              "(concat splits documents at row boundaries)")  # fmt: skip
+
+    def label(self) -> str:
+        return (f"pack({self.seq_len}, {self.algorithm}, pad_id={self.pad_id}, "
+                f"field={self.field!r}, window={self.window}, fields={self.fields}, "
+                f"min_sequence_length={self.min_sequence_length}, "
+                f"max_sequences_per_bin={self.max_sequences_per_bin})")  # fmt: skip
+
+    def aligned(self, item: Any, n: int) -> list[str]:
+        """The per-token fields of a document of ``n`` ids that rows carry."""
+        if not isinstance(item, dict) or self.fields == ():
+            return []
+        if self.fields is not None:
+            missing = [f for f in self.fields if f not in item]
+            if missing:
+                raise ConfigError(f"pack: documents have no {missing} fields")
+            return list(self.fields)
+        return [k for k, v in item.items() if k != self.field and k not in _OWN
+                and isinstance(v, np.ndarray | list) and np.ndim(v) == 1
+                and len(v) == n]  # fmt: skip
 
 
 def _ids(item: Any, field: str) -> np.ndarray:
@@ -39,39 +96,78 @@ def _ids(item: Any, field: str) -> np.ndarray:
     return arr.ravel()
 
 
-def _row(pieces: list[tuple[np.ndarray, int]], seq_len: int, pad_id: int) -> dict[str, Any]:
-    ids = np.full(seq_len, pad_id, dtype=np.int32)
-    pos = np.zeros(seq_len, dtype=np.int32)
-    seg = np.zeros(seq_len, dtype=np.int32)
+def _docs(items: list[Any], spec: Packing) -> tuple[list[np.ndarray], dict[str, list[Any]]]:
+    """The documents (ids; empty if shorter than ``min_sequence_length``) and their aligned
+    fields."""
+    docs = [_ids(item, spec.field) for item in items]
+    names = spec.aligned(items[0], len(docs[0])) if docs else []
+    fields: dict[str, list[Any]] = {name: [] for name in names}
+    for i, (item, ids) in enumerate(zip(items, docs, strict=True)):
+        for name in names:
+            value = np.asarray(item.get(name) if isinstance(item, dict) else None)
+            if value.ndim != 1 or len(value) != len(ids):
+                raise ConfigError(f"pack: field {name!r} of a document is not one value per "
+                                  f"token ({len(ids)} ids)")  # fmt: skip
+            fields[name].append(value)
+        if len(ids) < spec.min_sequence_length:
+            docs[i] = ids[:0]
+            for name in names:
+                fields[name][i] = fields[name][i][:0]
+    return docs, fields
+
+
+def _row(
+    pieces: list[tuple[int, int, int]], docs: list[np.ndarray], fields: dict[str, list[Any]],
+    spec: Packing,
+) -> dict[str, Any]:  # fmt: skip
+    """A row of ``pieces`` (document, start, stop), padded to ``seq_len``."""
+    seq_len = spec.seq_len
+    row = {"input_ids": np.full(seq_len, spec.pad_id, dtype=np.int32),
+           "positions": np.zeros(seq_len, dtype=np.int32),
+           "segment_ids": np.zeros(seq_len, dtype=np.int32)}  # fmt: skip
+    for name, values in fields.items():
+        row[name] = np.zeros(seq_len, dtype=values[0].dtype if values else np.int32)
     at = 0
-    for s, (piece, first_pos) in enumerate(pieces, start=1):
-        n = len(piece)
-        ids[at : at + n] = piece
-        pos[at : at + n] = np.arange(first_pos, first_pos + n)
-        seg[at : at + n] = s
+    for s, (d, lo, hi) in enumerate(pieces, start=1):
+        n = hi - lo
+        row["input_ids"][at : at + n] = docs[d][lo:hi]
+        row["positions"][at : at + n] = np.arange(lo, hi)
+        row["segment_ids"][at : at + n] = s
+        for name, values in fields.items():
+            row[name][at : at + n] = values[d][lo:hi]
         at += n
-    return {"input_ids": ids, "positions": pos, "segment_ids": seg}
+    return row
+
+
+def _cut(flat: dict[str, np.ndarray], full: int, seq_len: int) -> list[dict[str, Any]]:
+    """``full`` rows out of flat arrays (views, no copy per row)."""
+    shaped = {k: v[: full * seq_len].reshape(full, seq_len) for k, v in flat.items()}
+    return [{k: v[r] for k, v in shaped.items()} for r in range(full)]
 
 
 async def _concat(
-    blocks: AsyncIterator[Block], seq_len: int, pad_id: int, field: str, lane: int,
-    depth: int, resume: tuple[Mark, int] | None,
+    blocks: AsyncIterator[Block], spec: Packing, lane: int, depth: int,
+    resume: tuple[Mark, int] | None,
 ) -> AsyncIterator[Block]:  # fmt: skip
     """Vectorised per block: the block's documents (after the previous block's unfinished
     row) are laid end to end in flat arrays and cut into rows with numpy. Long because the
     marks, positions and segments of the rows are computed from the same flat arrays in one
     pass."""
+    seq_len = spec.seq_len
     before, offset = resume if resume is not None else (start_mark(lane, depth), 0)
-    carry_ids = np.zeros(0, dtype=np.int32)  # the unfinished row
-    carry_pos = np.zeros(0, dtype=np.int32)
+    carry: dict[str, np.ndarray] = {}  # the unfinished row: ids, positions, fields
     carry_doc = np.zeros(0, dtype=np.int32)  # document numbers, negative for carried ones
     carry_refs: dict[int, Any] = {}
     async for block in blocks:
         if not block.items:
             continue
-        docs = [_ids(item, field) for item in block.items]
+        docs, fields = _docs(block.items, spec)
+        if carry and set(carry) != {"input_ids", "positions", *fields}:
+            raise ConfigError("pack: documents carry different per-token fields "
+                              f"({sorted(carry)} before, {sorted(fields)} now)")  # fmt: skip
         if offset:  # restored mid-document: its first tokens are in rows already delivered
             docs[0] = docs[0][offset:]
+            fields = {k: [v[0][offset:], *v[1:]] for k, v in fields.items()}
         lengths = np.fromiter(map(len, docs), dtype=np.int32, count=len(docs))
         total = int(lengths.sum())
         starts = np.repeat(np.cumsum(lengths, dtype=np.int32) - lengths, lengths)
@@ -79,8 +175,11 @@ async def _concat(
         if offset:
             pos[: lengths[0]] += offset
             offset = 0
-        ids = np.concatenate([carry_ids, *docs]).astype(np.int32, copy=False)
-        pos = np.concatenate([carry_pos, pos])
+        parts = {"input_ids": docs, "positions": [pos], **fields}
+        flat = {k: np.concatenate([carry[k], *v]) if k in carry else np.concatenate(v)
+                for k, v in parts.items()}  # fmt: skip
+        flat["input_ids"] = flat["input_ids"].astype(np.int32, copy=False)
+        ids = flat["input_ids"]
         doc = np.concatenate([carry_doc, np.repeat(np.arange(len(docs), dtype=np.int32), lengths)])
         provenance = block.provenance()
 
@@ -93,93 +192,108 @@ async def _concat(
         row_marks: list[Mark] = []
         hw = high_water(block.mark(len(block.items) - 1))  # rows leave after the whole block
         if full:
-            n = full * seq_len
-            r_ids = ids[:n].reshape(full, seq_len)
-            r_pos = pos[:n].reshape(full, seq_len)
-            r_doc = doc[:n].reshape(full, seq_len)
+            r_doc = doc[: full * seq_len].reshape(full, seq_len)
             change = np.ones_like(r_doc, dtype=bool)
             change[:, 1:] = r_doc[:, 1:] != r_doc[:, :-1]
             seg = np.cumsum(change, axis=1, dtype=np.int32)
-            first_docs, last_docs = r_doc[:, 0].tolist(), r_doc[:, -1].tolist()
-            for r in range(full):  # rows are views of the block's arrays: no copy per row
-                rows.append({"input_ids": r_ids[r], "positions": r_pos[r],
-                             "segment_ids": seg[r]})  # fmt: skip
-                row_refs.append([ref(d) for d in range(first_docs[r], last_docs[r] + 1)
-                                 if d >= 0 or d in carry_refs])  # fmt: skip
+            rows = _cut(flat, full, seq_len)
+            for r in range(full):
+                rows[r]["segment_ids"] = seg[r]
+                in_row = distinct_ordered(r_doc[r])
+                row_refs.append([ref(d) for d in in_row if d >= 0 or d in carry_refs])
                 t = (r + 1) * seq_len  # where the next row starts
-                if t < len(ids) and pos[t] > 0:  # ... inside document doc[t]
+                if t < len(ids) and flat["positions"][t] > 0:  # ... inside document doc[t]
                     d = int(doc[t])
                     prev = block.mark(d - 1) if d > 0 else before
-                    row_marks.append((*prev[:3], (*prev[3], int(pos[t])), hw))
+                    row_marks.append((*prev[:3], (*prev[3], int(flat["positions"][t])), hw))
                 else:  # ... at the start of the document after doc[t - 1]
                     d = int(doc[t - 1])
                     prev = block.mark(d) if d >= 0 else before
                     row_marks.append((*prev[:3], (*prev[3], 0), hw))
         rest = slice(full * seq_len, None)
-        carry_ids, carry_pos = ids[rest].copy(), pos[rest].copy()
+        carry = {k: v[rest].copy() for k, v in flat.items()}
         carry_refs = {int(d) - len(docs): ref(int(d)) for d in np.unique(doc[rest])}
         carry_doc = doc[rest] - len(docs)
         before = block.mark(len(block.items) - 1)
         if rows:
             yield Block(lane, rows, row_refs, row_marks)
-    if len(carry_ids):
-        seg = np.ones(len(carry_doc), dtype=bool)
+    if carry and len(carry["input_ids"]):
+        k = len(carry["input_ids"])
+        seg = np.ones(k, dtype=bool)
         seg[1:] = carry_doc[1:] != carry_doc[:-1]
-        row = {"input_ids": np.full(seq_len, pad_id, dtype=np.int32),
-               "positions": np.zeros(seq_len, dtype=np.int32),
-               "segment_ids": np.zeros(seq_len, dtype=np.int32)}  # fmt: skip
-        k = len(carry_ids)
-        row["input_ids"][:k] = carry_ids
-        row["positions"][:k] = carry_pos
+        row = {name: np.zeros(seq_len, dtype=v.dtype) for name, v in carry.items()}
+        row["input_ids"][:] = spec.pad_id
+        for name, v in carry.items():
+            row[name][:k] = v
+        row["segment_ids"] = np.zeros(seq_len, dtype=np.int32)
         row["segment_ids"][:k] = np.cumsum(seg)
         refs = [carry_refs[int(d)] for d in np.unique(carry_doc)]
         yield Block(lane, [row], [refs], [(*before[:3], (*before[3], 0), high_water(before))])
 
 
-def _fit(docs: list[np.ndarray], seq_len: int, best: bool) -> list[list[tuple[np.ndarray, int]]]:
-    pieces: list[tuple[np.ndarray, int]] = []
-    for ids in docs:
-        for s in range(0, max(len(ids), 1), seq_len):
-            pieces.append((ids[s : s + seq_len], s))
-    rows: list[list[tuple[np.ndarray, int]]] = []
+def distinct_ordered(values: np.ndarray) -> list[int]:
+    """The distinct values of a sorted run, in order."""
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = values[1:] != values[:-1]
+    return [int(v) for v in values[keep]]
+
+
+def _fit(
+    lengths: list[int], seq_len: int, best: bool, wrap: bool, limit: int | None
+) -> list[list[tuple[int, int, int]]]:
+    """Rows of pieces ``(document, start, stop)`` (see the module doc)."""
+    rows: list[list[tuple[int, int, int]]] = []
     room: list[int] = []
-    for piece in pieces:
-        n = len(piece[0])
-        candidates = [i for i, r in enumerate(room) if r >= n]
-        if not candidates:
-            rows.append([piece])
-            room.append(seq_len - n)
-            continue
-        i = min(candidates, key=lambda c: (room[c], c)) if best else candidates[0]
+    cap = limit if limit is not None else seq_len + 1
+
+    def place(i: int, piece: tuple[int, int, int]) -> None:
+        if i == len(rows):
+            rows.append([])
+            room.append(seq_len)
         rows[i].append(piece)
-        room[i] -= n
+        room[i] -= piece[2] - piece[1]
+
+    for d, n in enumerate(lengths):
+        if n == 0:
+            continue
+        pieces = [(d, s, min(n, s + seq_len)) for s in range(0, n, seq_len)]
+        while pieces:
+            piece = pieces.pop(0)
+            size = piece[2] - piece[1]
+            open_ = [i for i, r in enumerate(room) if len(rows[i]) < cap]
+            fits = [i for i in open_ if room[i] >= size]
+            if fits:
+                place(min(fits, key=lambda c: (room[c], c)) if best else fits[0], piece)
+            elif wrap and open_ and max(room[i] for i in open_) > 0:
+                i = max(open_, key=lambda c: (room[c], -c))
+                head = piece[1] + room[i]
+                place(i, (d, piece[1], head))
+                pieces.insert(0, (d, head, piece[2]))
+            else:
+                place(len(rows), piece)
     return rows
 
 
 def _fit_windows(
-    blocks: AsyncIterator[Block], seq_len: int, pad_id: int, field: str, lane: int,
-    depth: int, resume: tuple[Mark, int] | None, window: int, best: bool,
+    blocks: AsyncIterator[Block], spec: Packing, lane: int, depth: int,
+    resume: tuple[Mark, int] | None,
 ) -> AsyncIterator[Block]:  # fmt: skip
-    def packed(_: Mark, items: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
-        rows = _fit([_ids(item, field) for item in items], seq_len, best)
-        return [_row(r, seq_len, pad_id) for r in rows], [list(refs)] * len(rows)
+    best = spec.algorithm != "first_fit"
+    wrap = spec.algorithm == "best_fit_wrap"
 
-    return windowed(blocks, window, lane, depth, resume, packed)
+    def packed(_: Mark, items: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
+        docs, fields = _docs(items, spec)
+        rows = _fit([len(d) for d in docs], spec.seq_len, best, wrap, spec.max_sequences_per_bin)
+        out = [_row(r, docs, fields, spec) for r in rows]
+        return out, [[refs[d] for d in dict.fromkeys(p[0] for p in r)] for r in rows]
+
+    return windowed(blocks, spec.window, lane, depth, resume, packed)
 
 
 def pack_blocks(
-    blocks: AsyncIterator[Block],
-    seq_len: int,
-    algorithm: str,
-    pad_id: int,
-    field: str,
-    lane: int,
-    depth: int,
+    blocks: AsyncIterator[Block], spec: Packing, lane: int, depth: int,
     resume: tuple[Mark, int] | None,
-    window: int,
-) -> AsyncIterator[Block]:
-    if algorithm == "concat":
-        return _concat(blocks, seq_len, pad_id, field, lane, depth, resume)
-    return _fit_windows(
-        blocks, seq_len, pad_id, field, lane, depth, resume, window, algorithm == "best_fit"
-    )
+) -> AsyncIterator[Block]:  # fmt: skip
+    if spec.algorithm == "concat":
+        return _concat(blocks, spec, lane, depth, resume)
+    return _fit_windows(blocks, spec, lane, depth, resume)

@@ -375,9 +375,7 @@ async def _stateful(
     elif step.kind == "apply":
         stream = run_apply(step.fn, blocks, lane, depth, resume)
     else:
-        seq_len, algorithm, pad_id, field_, window = step.fn
-        stream = pack_blocks(blocks, seq_len, algorithm, pad_id, field_, lane, depth, resume,
-                             window)  # fmt: skip
+        stream = pack_blocks(blocks, step.fn, lane, depth, resume)
     with closing(out):
         async for block in stream:
             stats.items_out += len(block.items)

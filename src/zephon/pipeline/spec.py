@@ -49,10 +49,7 @@ class Step:
         if self.kind == "shuffle":
             return f"shuffle(buffer_size={self.size}, seed={self.fn})"
         if self.kind == "pack":
-            seq_len, algorithm, pad_id, field, window = self.fn
-            return (
-                f"pack({seq_len}, {algorithm}, pad_id={pad_id}, field={field!r}, window={window})"
-            )
+            return str(self.fn.label())
         if self.kind == "tokenize" and hasattr(self.fn, "describe"):
             return f"{self.fn.describe()[:-1]}; {where})"
         if self.kind == "tokenize":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from zephon.errors import ConfigError
+from zephon.ops.pack import Packing
 from zephon.pipeline.placement import placement
 from zephon.pipeline.spec import Step
 
@@ -103,14 +103,32 @@ class TextSteps:
     ) -> Self:
         """Rows of exactly ``seq_len`` tokens with ``input_ids``, ``positions`` and
         ``segment_ids``; ``algorithm`` is ``concat`` (no token lost), ``first_fit`` or
-        ``best_fit`` (over windows of ``window`` documents, padded with ``pad_id``)."""
-        from zephon.ops.pack import PACK_ALGORITHMS
+        ``best_fit`` (over windows of ``window`` documents, padded with ``pad_id``). Other
+        fields are dropped: :meth:`pack_sequences` carries per-token ones."""
+        return self._pack(Packing(seq_len, algorithm, pad_id, field, window, fields=()))
 
-        if seq_len < 1:
-            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
-        if algorithm not in PACK_ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {PACK_ALGORITHMS}, got {algorithm!r}")
-        if window < 1:
-            raise ConfigError(f"window must be >= 1, got {window}")
+    def pack_sequences(
+        self,
+        max_length: int,
+        algorithm: str = "best_fit",
+        pad_id: int = 0,
+        field: str = "input_ids",
+        window: int = 1024,
+        fields: tuple[str, ...] | list[str] | None = None,
+        min_sequence_length: int = 1,
+        max_sequences_per_bin: int | None = None,
+    ) -> Self:
+        """Pack documents into rows of ``max_length`` tokens, keeping each as a segment and
+        carrying its per-token fields (``loss_mask``, ...; ``fields=None``: every field as
+        long as the ids) aligned and padded with 0. ``algorithm``: ``concat``,
+        ``first_fit``, ``best_fit`` or ``best_fit_wrap`` (see :mod:`zephon.ops.pack`);
+        documents shorter than ``min_sequence_length`` are dropped; fit algorithms put at
+        most ``max_sequences_per_bin`` documents in a row. ``to_training()`` after it gives
+        labels that never cross documents, ``position_ids`` and ``cu_seqlens``."""
+        chosen = None if fields is None else tuple(fields)
+        return self._pack(Packing(max_length, algorithm, pad_id, field, window, chosen,
+                                  min_sequence_length, max_sequences_per_bin))  # fmt: skip
+
+    def _pack(self, packing: Any) -> Self:
         self._check_before_batch("pack")
-        return self._with(Step("pack", (seq_len, algorithm, pad_id, field, window)))
+        return self._with(Step("pack", packing))
