@@ -5,6 +5,7 @@ documents one at a time."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -76,7 +77,7 @@ def test_every_token_once_with_its_fields_and_exact_resume(algorithm: str) -> No
         )
 
     rows = rows_of(pipe())
-    padding, split = check_rows(rows, 150)
+    _, split = check_rows(rows, 150)
     if algorithm in ("first_fit", "best_fit"):
         assert split == sum(1 for i in range(150) if i % 23 + 1 > SEQ)  # only long ones
     first = pipe()
@@ -142,7 +143,7 @@ def test_varlen_attention_loss_equals_documents_one_at_a_time() -> None:
     cu = batch["cu_seqlens"].tolist()  # FlashAttention's varlen boundaries, over the batch
     flat = ids.numel()
     doc_of = torch.zeros(flat, dtype=torch.long)
-    for d, (a, b) in enumerate(zip(cu[:-1], cu[1:], strict=True)):
+    for d, (a, b) in enumerate(itertools.pairwise(cu)):
         doc_of[a:b] = d
     causal = torch.ones(flat, flat, dtype=torch.bool).tril()
     block = (doc_of[:, None] == doc_of[None, :]) & causal  # block-diagonal, causal
