@@ -5,6 +5,11 @@
    (in-memory dataset -> tokenize -> pack(2048, concat)); alternating rounds, medians.
 2. Checkpoint after 1,000,000 delivered samples (8 lanes, shuffle + batch): its JSON size,
    and the time from ``restore`` to the first item of the resumed run.
+3. Chat SFT: ``tokenize_chat`` + ``pack_sequences(best_fit)`` + ``to_training`` against a
+   hand-written loop calling the same tokenizer and template (render, encode in batches,
+   mask the assistant spans, best-fit into rows, shifted labels); trained tokens/s.
+4. Packing quality per algorithm over the same conversations: padding fraction of the rows
+   and documents split across rows.
 
     .venv/bin/python benchmarks/tokenize_pack.py
 """
@@ -92,6 +97,141 @@ def checkpoint_cost(n: int) -> None:
           f"{restore_s:.3f} s (target < 1 s)")  # fmt: skip
 
 
+CHATML = (
+    "{% for message in messages %}{% if message['role'] == 'assistant' %}"
+    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ message['content'] + '<|im_end|>' }}"
+    "{% endgeneration %}{{ '\\n' }}{% else %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endif %}{% endfor %}"
+)
+
+
+def conversations(n: int) -> list[dict[str, object]]:
+    rng = random.Random(1)
+    out = []
+    for _ in range(n):
+        turns = []
+        for _ in range(rng.randrange(1, 4)):
+            turns.append(
+                {"role": "user", "content": " ".join(rng.choices(WORDS, k=rng.randrange(5, 60)))}
+            )
+            turns.append(
+                {
+                    "role": "assistant",
+                    "content": " ".join(rng.choices(WORDS, k=rng.randrange(10, 300))),
+                }
+            )
+        out.append({"messages": turns})
+    return out
+
+
+def chat_bpe(convs: list[dict[str, object]]) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    text = [m["content"] for c in convs[:2000] for m in c["messages"]]  # type: ignore[attr-defined]
+    tok.train_from_iterator(text, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    return tok
+
+
+def sft_zephon(
+    tok: Tokenizer, ds: Dataset, seq: int, algorithm: str = "best_fit"
+) -> tuple[float, list]:
+    ws = StaticMixtureWorkSource([ds], shuffle="none")
+    pipe = (Pipeline(ws, rank=0, world_size=1).tokenize_chat(tok, chat_template=CHATML)
+            .pack_sequences(seq, algorithm, window=256).to_training())  # fmt: skip
+    started = time.perf_counter()
+    rows = list(pipe)
+    elapsed = time.perf_counter() - started
+    return sum(int((r["segment_ids"] > 0).sum()) for r in rows) / elapsed, rows
+
+
+def sft_by_hand(tok: Tokenizer, convs: list[dict[str, object]], seq: int) -> float:
+    """What a user would write around the same template and tokenizer."""
+    import numpy as np
+
+    from zephon.ops.chat import _compile
+
+    template = _compile(CHATML)  # the same sandboxed template (generation spans marked)
+    started = time.perf_counter()
+    tokens = 0
+    for i in range(0, len(convs), 256):  # a window of conversations at a time
+        texts, spans = [], []
+        for c in convs[i : i + 256]:
+            marked = template.render(messages=c["messages"])
+            text, found, at = [], [], 0
+            for k, piece in enumerate(marked.split("\ue000")):
+                if k:
+                    inside, _, piece = piece.partition("\ue001")
+                    found.append((at, at + len(inside)))
+                    text.append(inside)
+                    at += len(inside)
+                text.append(piece)
+                at += len(piece)
+            texts.append("".join(text))
+            spans.append(found)
+        docs = []
+        for enc, found in zip(
+            tok.encode_batch(texts, add_special_tokens=False), spans, strict=True
+        ):
+            starts = np.array([o[0] for o in enc.offsets])
+            mask = np.zeros(len(enc.ids), np.int8)
+            for a, b in found:
+                mask[(starts >= a) & (starts < b)] = 1
+            ids = np.array(enc.ids, np.int32)
+            for s in range(0, len(ids), seq):
+                docs.append((ids[s : s + seq], mask[s : s + seq]))
+        rows: list[list] = []
+        room: list[int] = []
+        for ids, mask in docs:  # best fit
+            fits = [r for r in range(len(rows)) if room[r] >= len(ids)]
+            if fits:
+                r = min(fits, key=lambda x: room[x])
+            else:
+                rows.append([])
+                room.append(seq)
+                r = len(rows) - 1
+            rows[r].append((ids, mask))
+            room[r] -= len(ids)
+        for row in rows:
+            ids = np.zeros(seq, np.int64)
+            mask = np.zeros(seq, np.int8)
+            seg = np.zeros(seq, np.int32)
+            at = 0
+            for k, (d, m) in enumerate(row, start=1):
+                ids[at : at + len(d)], mask[at : at + len(d)], seg[at : at + len(d)] = d, m, k
+                at += len(d)
+            labels = np.full(seq, -100, np.int64)
+            keep = (seg[1:] == seg[:-1]) & (mask[1:] == 1) & (seg[1:] > 0)
+            labels[:-1][keep] = ids[1:][keep]
+            tokens += at
+    return tokens / (time.perf_counter() - started)
+
+
+def sft(rounds: int, n: int = 4000, seq: int = 2048) -> None:
+    convs = conversations(n)
+    tok = chat_bpe(convs)
+    ds = Dataset.from_records("chat", convs, samples_per_shard=1000)
+    hand, ours = [], []
+    for _ in range(rounds):
+        hand.append(sft_by_hand(tok, convs, seq))
+        ours.append(sft_zephon(tok, ds, seq)[0])
+    h, z = statistics.median(hand), statistics.median(ours)
+    print(f"\n# 3. chat SFT: tokenize_chat + pack_sequences({seq}, best_fit) + to_training, "
+          f"{n:,} conversations, median of {rounds}")  # fmt: skip
+    print(f"hand-written loop      {h:>12,.0f} tokens/s")
+    print(f"zephon                 {z:>12,.0f} tokens/s")
+    print(f"ratio                  {z / h:>12.2f}x (target >= 0.8x)")
+    print(f"\n# 4. packing quality, the same conversations, rows of {seq // 4}, windows of 256")
+    print(f"{'algorithm':<15} {'rows':>7} {'padding':>8} {'documents split':>16}")
+    for algorithm in ("concat", "first_fit", "best_fit", "best_fit_wrap"):
+        _, rows = sft_zephon(tok, ds, seq // 4, algorithm)
+        cells = len(rows) * (seq // 4)
+        used = sum(int((r["segment_ids"] > 0).sum()) for r in rows)
+        pieces = sum(int(r["segment_ids"].max()) for r in rows)
+        print(f"{algorithm:<15} {len(rows):>7,} {1 - used / cells:>8.1%} {pieces - n:>16,}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=50_000)
@@ -114,6 +254,7 @@ def main() -> None:
     print(f"zephon tokenize+pack   {zb:>12,.0f} tokens/s")
     print(f"ratio                  {zb / da:>12.2f}x (target >= 0.8x)")
     checkpoint_cost(1_200_000)
+    sft(args.rounds)
 
 
 if __name__ == "__main__":
