@@ -115,7 +115,7 @@ class Pipeline(TextSteps):
         return new
 
     def _check_before_batch(self, what: str) -> None:
-        if any(step.kind == "batch" for step in self.spec.steps):
+        if any(step.kind in ("batch", "batch_per_dataset") for step in self.spec.steps):
             raise ConfigError(f"{what} after batch() is not supported; put it before batch()")
 
     def map(self, fn: Callable[[Any], Any], processes: int = 0, executor: Any = None) -> Pipeline:
@@ -145,12 +145,15 @@ class Pipeline(TextSteps):
         """
         return self._with(Step("apply", op))
 
-    def batch(self, size: int, drop_last: bool = False) -> Pipeline:
-        """Collate ``size`` samples per batch (per lane) into a dict of columns."""
+    def batch(self, size: int, drop_last: bool = False, per_dataset: bool = False) -> Pipeline:
+        """Collate ``size`` samples per batch (per lane) into a dict of columns.
+        ``per_dataset=True``: every batch from one dataset (datasets in mixture proportion;
+        see :mod:`zephon.ops.group`)."""
         if size < 1:
             raise ConfigError(f"batch size must be >= 1, got {size}")
         self._check_before_batch("batch")
-        return self._with(Step("batch", size=size, drop_last=drop_last))
+        kind = "batch_per_dataset" if per_dataset else "batch"
+        return self._with(Step(kind, size=size, drop_last=drop_last))
 
     def shuffle(self, buffer_size: int = 8192, seed: int | None = None) -> Pipeline:
         """Permute each lane's items within consecutive windows of ``buffer_size``; keyed by

@@ -22,7 +22,12 @@ BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec
 
 __all__ = ["STATEFUL", "PipelineSpec", "Step", "default_rank"]
 
-STATEFUL = ("shuffle", "pack", "apply")  # steps whose position is part of a checkpoint
+STATEFUL = (
+    "shuffle",
+    "pack",
+    "apply",
+    "batch_per_dataset",
+)  # steps whose position is part of a checkpoint
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,9 @@ class Step:
     def label(self) -> str:
         """How the step appears in ``explain()``."""
         where = placed(self.processes, self.executor)
-        if self.kind == "batch":
-            return f"batch({self.size}, drop_last={self.drop_last})"
+        if self.kind in ("batch", "batch_per_dataset"):
+            per = ", per_dataset=True" if self.kind == "batch_per_dataset" else ""
+            return f"batch({self.size}, drop_last={self.drop_last}{per})"
         if self.kind == "shuffle":
             return f"shuffle(buffer_size={self.size}, seed={self.fn})"
         if self.kind == "pack":

@@ -1,0 +1,93 @@
+"""batch(per_dataset=True): every batch from one dataset, per lane.
+
+Each dataset's items go to its own open batch, which leaves when full; since the curriculum
+mixes datasets in proportion, batches do too. Open batches hold items of several datasets at
+once, so a batch's mark cannot be its last item's (as for ``batch``): it is the mark before
+the oldest item still held in an open batch (``R``), with, per dataset, how many of its items
+after ``R`` were already delivered in batches. Restoring replays the lane from ``R``, skips
+those items and forms the same batches again. Nothing buffered is saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from zephon.errors import ConfigError
+from zephon.ops.batch import collate
+from zephon.ops.block import Block, Mark, high_water
+from zephon.ops.shuffle import start_mark
+
+__all__ = ["per_dataset_batches"]
+
+
+def _dataset(ref: Any) -> int:
+    if isinstance(ref, tuple) and len(ref) == 3:
+        return int(ref[0])
+    raise ConfigError("batch(per_dataset=True) needs samples from one dataset each; put it "
+                      "before steps that combine samples (pack)")  # fmt: skip
+
+
+class _Open:
+    """One dataset's open batch: items, refs, the mark before its first item and the
+    per-dataset counts just before it."""
+
+    __slots__ = ("before", "counts", "items", "refs")
+
+    def __init__(self, before: Mark, counts: dict[int, int]) -> None:
+        self.items: list[Any] = []
+        self.refs: list[Any] = []
+        self.before = before
+        self.counts = dict(counts)
+
+
+async def per_dataset_batches(
+    blocks: AsyncIterator[Block], size: int, drop_last: bool, lane: int, depth: int,
+    resume: tuple[Mark, Any] | None,
+) -> AsyncIterator[Block]:  # fmt: skip
+    """Batches of ``size`` items of one dataset each (see the module doc). Long because the
+    skip on resume, the open batches and the marks share one pass over the items."""
+    prev, state = resume if resume is not None else (start_mark(lane, depth), 0)
+    skip = {int(d): int(n) for d, n in state["skip"].items()} if isinstance(state, dict) else {}
+    seen: dict[int, int] = {}  # items of each dataset since the replay began
+    open_: dict[int, _Open] = {}  # by dataset, in the order their first items came
+
+    def mark_after(last: Mark) -> Mark:
+        if not open_:
+            return (*last[:3], (*last[3], 0), high_water(last))
+        oldest = next(iter(open_.values()))
+        held = {d: seen[d] - oldest.counts.get(d, 0) - len(o.items) for d, o in open_.items()}
+        for d in seen:
+            held.setdefault(d, seen[d] - oldest.counts.get(d, 0))
+        skips = {str(d): n for d, n in sorted(held.items()) if n}
+        r = oldest.before
+        return (*r[:3], (*r[3], {"skip": skips}), high_water(last))
+
+    async for block in blocks:
+        out_items, out_refs, out_marks, nbytes = [], [], [], 0.0
+        per_item = block.nbytes / max(1, len(block.items))
+        for i, (item, ref) in enumerate(zip(block.items, block.refs, strict=True)):
+            d = _dataset(ref)
+            here = block.mark(i)
+            if skip.get(d):
+                skip[d] -= 1  # delivered before the checkpoint
+            else:
+                if d not in open_:
+                    open_[d] = _Open(prev, seen)
+                batch = open_[d]
+                batch.items.append(item)
+                batch.refs.append(ref)
+            seen[d] = seen.get(d, 0) + 1
+            prev = here
+            if d in open_ and len(open_[d].items) == size:
+                full = open_.pop(d)
+                out_items.append(collate(full.items))
+                out_refs.append(full.refs)
+                out_marks.append(mark_after(here))
+                nbytes += per_item * size
+        if out_items:
+            yield Block(lane, out_items, out_refs, out_marks, int(nbytes))
+    while open_ and not drop_last:  # the end: partial batches, oldest first
+        d = next(iter(open_))
+        last = open_.pop(d)
+        yield Block(lane, [collate(last.items)], [last.refs], [mark_after(prev)])
