@@ -97,3 +97,8 @@ def die_once_on_7(marker: str, sample: dict[str, Any]) -> dict[str, Any]:
             f.write("died")
         os._exit(3)
     return sample
+
+
+def drop_40_percent_of_a(sample: dict[str, Any]) -> bool:
+    """Keeps all of dataset b (ids >= 100,000) and 60% of dataset a."""
+    return sample["id"] >= 100_000 or sample["id"] % 5 >= 2

@@ -31,6 +31,7 @@ HOLDING = {
     "delay": lambda p: p.apply(fns.Delay()).map(fns.undelay),
     "pack-concat": lambda p: p.map(fns.as_tokens).pack(7, pad_id=0),
     "batch-per-dataset": lambda p: p.batch(4, per_dataset=True),
+    "filter-ensure-mixture": lambda p: p.filter(fns.keep_even).ensure_mixture(buffer_size=8),
     "shuffle-batch-per-dataset": lambda p: p.shuffle(7).batch(3, per_dataset=True),
     "shuffle-pack-best-fit": lambda p: (
         p.map(fns.as_tokens).shuffle(9).pack(6, algorithm="best_fit", window=5)

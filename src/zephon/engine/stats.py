@@ -18,6 +18,7 @@ class StageStats:
     concurrency: str = "1"
     items_in: int = 0
     items_out: int = 0
+    dropped: int = 0  # items a step dropped because the user asked (ensure_mixture)
     busy_s: float = 0.0
     waiting_s: float = 0.0
     started: float = 0.0
@@ -33,6 +34,7 @@ class StageStats:
         return {
             "items_in": self.items_in,
             "items_out": self.items_out,
+            **({"dropped": self.dropped} if self.dropped else {}),
             "busy_s": round(self.busy_s, 6),
             "waiting_s": round(self.waiting_s, 6),
             "concurrency": self.concurrency,

@@ -155,6 +155,24 @@ class Pipeline(TextSteps):
         kind = "batch_per_dataset" if per_dataset else "batch"
         return self._with(Step(kind, size=size, drop_last=drop_last))
 
+    def ensure_mixture(
+        self, weight_by: str = "samples", buffer_size: int = 1024, on_surplus: str = "emit",
+        field: str = "input_ids",
+    ) -> Pipeline:  # fmt: skip
+        """Bring a filtered stream back to the curriculum's weights, by samples or by tokens
+        (of ``field``), holding at most ``buffer_size`` items per lane; past that the surplus
+        is emitted (``"emit"``) or dropped and counted in ``stats()`` (``"drop"``). Exact on
+        resume; see :mod:`zephon.ops.mixture`."""
+        if weight_by not in ("samples", "tokens") or on_surplus not in ("emit", "drop"):
+            raise ConfigError("ensure_mixture: weight_by is 'samples' or 'tokens', on_surplus "
+                              f"'emit' or 'drop'; got {weight_by!r}, {on_surplus!r}")  # fmt: skip
+        if buffer_size < 1:
+            raise ConfigError(f"buffer_size must be >= 1, got {buffer_size}")
+        self._check_before_batch("ensure_mixture")
+        weights = tuple(float(w) for w in self.spec.source.weights)
+        return self._with(Step("ensure_mixture", (weights, weight_by, field, buffer_size,
+                                                  on_surplus)))  # fmt: skip
+
     def shuffle(self, buffer_size: int = 8192, seed: int | None = None) -> Pipeline:
         """Permute each lane's items within consecutive windows of ``buffer_size``; keyed by
         (seed, lane, window start), so it is deterministic and resumes exactly without

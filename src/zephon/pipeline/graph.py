@@ -30,6 +30,7 @@ from zephon.ops.block import Block, ChunkRows, Mark, Residue
 from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
 from zephon.ops.fetch import Fetched, RangeCache, group_requests, group_reservations, read_group
 from zephon.ops.group import per_dataset_batches
+from zephon.ops.mixture import ensure_mixture
 from zephon.ops.pack import pack_blocks
 from zephon.ops.shuffle import shuffle_blocks
 from zephon.ops.transform import apply_block, run_apply
@@ -375,6 +376,10 @@ async def _stateful(
         stream = shuffle_blocks(blocks, step.size, step.fn, lane, depth, resume)
     elif step.kind == "apply":
         stream = run_apply(step.fn, blocks, lane, depth, resume)
+    elif step.kind == "ensure_mixture":
+        weights, weight_by, field_, size, surplus = step.fn
+        stream = ensure_mixture(blocks, weights, weight_by, field_, size, surplus, lane, depth,
+                                resume, stats)  # fmt: skip
     elif step.kind == "batch_per_dataset":
         stream = per_dataset_batches(blocks, step.size, step.drop_last, lane, depth, resume)
     else:

@@ -22,12 +22,8 @@ BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec
 
 __all__ = ["STATEFUL", "PipelineSpec", "Step", "default_rank"]
 
-STATEFUL = (
-    "shuffle",
-    "pack",
-    "apply",
-    "batch_per_dataset",
-)  # steps whose position is part of a checkpoint
+# Steps whose position is part of a checkpoint.
+STATEFUL = ("shuffle", "pack", "apply", "batch_per_dataset", "ensure_mixture")
 
 
 @dataclass(frozen=True)
@@ -52,6 +48,10 @@ class Step:
         if self.kind in ("batch", "batch_per_dataset"):
             per = ", per_dataset=True" if self.kind == "batch_per_dataset" else ""
             return f"batch({self.size}, drop_last={self.drop_last}{per})"
+        if self.kind == "ensure_mixture":
+            _, weight_by, field, size, surplus = self.fn
+            return (f"ensure_mixture(weight_by={weight_by}, field={field!r}, buffer_size={size}, "
+                    f"on_surplus={surplus})")  # fmt: skip
         if self.kind == "shuffle":
             return f"shuffle(buffer_size={self.size}, seed={self.fn})"
         if self.kind == "pack":

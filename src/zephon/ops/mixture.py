@@ -1,0 +1,137 @@
+"""ensure_mixture: a filtered lane stream brought back to the curriculum's weights.
+
+Filters change the mixture: drop 40% of one dataset and its share falls. This step holds up
+to ``buffer_size`` items in per-dataset queues and emits, after each input, every item the
+mixture is owed: an item of dataset ``d`` leaves while ``d``'s emitted amount (samples, or
+tokens of ``field``) is below its weight's share of everything emitted including it. When the
+buffer is full, the surplus (items of the dataset furthest above its share) leaves anyway
+(``on_surplus="emit"``: shares recover within the buffer's reach) or is dropped and counted
+(``"drop"``: shares hold, for infinite curricula where a dataset's surplus comes round
+again).
+
+Exact on resume without saving buffered items: an output's mark is the mark before the
+oldest item still queued (``R``), with, per dataset, how many of its items after ``R`` had
+left (emitted or dropped), how many inputs after ``R`` the step had taken, and the amounts
+emitted per dataset. Restoring replays those inputs from ``R``, skips the ones that had
+left, queues the rest without emitting, then continues.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from zephon.engine.stats import StageStats
+from zephon.ops.block import Block, Mark, high_water
+from zephon.ops.group import _dataset
+from zephon.ops.shuffle import start_mark
+
+__all__ = ["ensure_mixture"]
+
+_EPS = 1e-9
+
+
+class _Queued:
+    __slots__ = ("before", "counts", "fed", "item", "mark", "ref", "size")
+
+    def __init__(self, item: Any, ref: Any, size: float, before: Mark, counts: dict[int, int],
+                 fed: int, mark: Mark) -> None:  # fmt: skip
+        self.item, self.ref, self.size, self.before = item, ref, size, before
+        self.counts, self.fed, self.mark = counts, fed, mark
+
+
+async def ensure_mixture(
+    blocks: AsyncIterator[Block], weights: Sequence[float], weight_by: str, field: str,
+    buffer_size: int, on_surplus: str, lane: int, depth: int,
+    resume: tuple[Mark, Any] | None, stats: StageStats,
+) -> AsyncIterator[Block]:  # fmt: skip
+    """See the module doc. Long because replay, queues, the owed rule and the marks share
+    one pass over the items."""
+    total_w = float(sum(weights))
+    share = [w / total_w for w in weights]
+    prev, state = resume if resume is not None else (start_mark(lane, depth), 0)
+    restored = state if isinstance(state, dict) else {}
+    skip = {int(d): int(n) for d, n in restored.get("skip", {}).items()}
+    replay = int(restored.get("fed", 0))  # inputs to queue again without emitting
+    emitted = [float(x) for x in restored.get("emitted", [0.0] * len(share))]
+    queues: list[deque[_Queued]] = [deque() for _ in share]
+    seen: dict[int, int] = {}  # inputs of each dataset since R
+    fed = 0  # inputs since R
+    out: list[tuple[Any, Any, Mark]] = []
+
+    def leave(d: int, keep: bool) -> None:
+        q = queues[d].popleft()
+        emitted[d] += q.size if keep else 0.0
+        if keep:
+            out.append((q.item, q.ref, mark_after(q.mark)))
+        else:
+            stats.dropped += 1
+
+    def mark_after(last: Mark) -> Mark:
+        waiting = [q[0] for q in queues if q]
+        data = {"emitted": list(emitted)}
+        if not waiting:
+            return (*last[:3], (*last[3], {"fed": 0, **data}), high_water(last))
+        oldest = min(waiting, key=lambda q: q.fed)
+        left = {d: n - oldest.counts.get(d, 0) - len(queues[d]) for d, n in seen.items()}
+        skips = {str(d): n for d, n in sorted(left.items()) if n}
+        r = oldest.before
+        return (*r[:3], (*r[3], {"skip": skips, "fed": fed - oldest.fed, **data}),
+                high_water(last))  # fmt: skip
+
+    def owed() -> int | None:
+        total = sum(emitted)
+        best, gap = None, _EPS
+        for d, q in enumerate(queues):
+            if q and (missing := share[d] * (total + q[0].size) - emitted[d]) > gap:
+                best, gap = d, missing
+        return best
+
+    def surplus() -> int:
+        total = sum(emitted) or 1.0
+        return max((d for d, q in enumerate(queues) if q),
+                   key=lambda d: (emitted[d] / total - share[d], -d))  # fmt: skip
+
+    def drain(flush: bool) -> None:
+        """Every owed item, then the surplus past the buffer (``flush``: everything). Each
+        choice depends only on the queues and the amounts emitted, so a restore that
+        rebuilds both continues with the same choices."""
+        while True:
+            d = owed()
+            if d is not None:
+                leave(d, True)
+            elif any(queues) and (flush or sum(map(len, queues)) > buffer_size):
+                leave(surplus(), flush or on_surplus == "emit")
+            else:
+                return
+
+    async for block in blocks:
+        per_item = block.nbytes / max(1, len(block.items))
+        for i, (item, ref) in enumerate(zip(block.items, block.refs, strict=True)):
+            d = _dataset(ref)
+            here = block.mark(i)
+            if skip.get(d):
+                skip[d] -= 1  # it had left before the checkpoint
+            else:
+                size = 1.0 if weight_by == "samples" else float(len(item[field]))
+                queues[d].append(_Queued(item, ref, size, prev, dict(seen), fed, here))
+            seen[d] = seen.get(d, 0) + 1
+            fed += 1
+            prev = here
+            if replay:  # queued again, as it was at the checkpoint
+                replay -= 1
+                if replay:
+                    continue
+            drain(False)
+        if out:
+            yield _block(lane, out, per_item)
+    drain(True)  # the end: everything queued, in the owed order
+    if out:
+        yield _block(lane, out, 0.0)
+
+
+def _block(lane: int, out: list[tuple[Any, Any, Mark]], per_item: float) -> Block:
+    items, refs, marks = (list(x) for x in zip(*out, strict=True))
+    out.clear()
+    return Block(lane, items, refs, marks, int(per_item * len(items)))
