@@ -78,7 +78,7 @@ class TinyLM(torch.nn.Module):
     ) -> torch.Tensor:
         # Varlen attention emulated: tokens attend causally within their own document only.
         flat = ids.numel()
-        doc = torch.bucketize(torch.arange(flat), cu[1:], right=True)
+        doc = torch.bucketize(torch.arange(flat), cu_seqlens[1:], right=True)
         allowed = (doc[:, None] == doc[None, :]) & torch.ones(flat, flat, dtype=torch.bool).tril()
         x = (self.emb(ids) + self.pos(pos)).reshape(1, flat, DIM)
         x = self.layers(x, mask=~allowed)
