@@ -309,3 +309,25 @@ def test_tokenize_refuses_a_hub_name_listing_what_it_accepts() -> None:
 
     with pytest.raises(ConfigError, match=r"'gpt2'.*not a tokenizer.json.*tiktoken.*'bytes'"):
         Tokenize("gpt2")
+
+
+def test_cli_bench_reports_throughput_latency_and_the_busiest_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_jsonl(tmp_path / "d", shards=3)
+    assert main(["bench", str(tmp_path / "d"), "--seconds", "0.5", "--lanes", "2"]) == 0
+    out = capsys.readouterr().out
+    for line in ("first sample after", "samples/s", "latency p50", "busiest"):
+        assert line in out, out
+    assert main(["bench", str(tmp_path / "missing"), "--seconds", "0.1"]) == 1
+    assert "missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["inspect", "index", "bench", "demo"])
+def test_every_command_has_help_with_an_example(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    assert f"example: zephon {command}" in capsys.readouterr().out

@@ -22,6 +22,7 @@ class StageStats:
     busy_s: float = 0.0
     waiting_s: float = 0.0
     started: float = 0.0
+    finished: bool = False
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -29,13 +30,17 @@ class StageStats:
     def finish(self) -> None:
         total = time.perf_counter() - self.started if self.started else 0.0
         self.busy_s = max(0.0, total - self.waiting_s)
+        self.finished = True
 
     def as_dict(self) -> dict[str, Any]:
+        busy = self.busy_s
+        if self.started and not self.finished:  # still running (or cancelled): so far
+            busy = max(0.0, time.perf_counter() - self.started - self.waiting_s)
         return {
             "items_in": self.items_in,
             "items_out": self.items_out,
             **({"dropped": self.dropped} if self.dropped else {}),
-            "busy_s": round(self.busy_s, 6),
+            "busy_s": round(busy, 6),
             "waiting_s": round(self.waiting_s, 6),
             "concurrency": self.concurrency,
         }
