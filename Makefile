@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 AZURITE := .npm-tools/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint typecheck bench fixtures azurite clean
+.PHONY: demo test docs lint typecheck bench fixtures azurite clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,8 +25,12 @@ $(AZURITE):
 
 azurite: $(AZURITE)
 
+# The suite includes the docs: every Python block runs, and the site builds with --strict.
 test: $(STAMP) $(AZURITE)
 	$(BIN)/python -m pytest -q
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
@@ -41,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/planner.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/tokenize_pack.py
+	$(BIN)/python benchmarks/executors.py
 
 # MDS and LitData fixtures come from those projects' own writers, whose pins conflict with
 # Zephon's dependencies: they run in a separate venv and their output is committed.

@@ -18,10 +18,13 @@ from zephon.plan import StaticMixtureWorkSource  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
-def build(root: str, rank: int | None = None, world: int | None = None) -> Pipeline:
+def build(
+    root: str, rank: int | None = None, world: int | None = None, lanes: int = 4
+) -> Pipeline:
     ds = Dataset.from_path("web", root)
     ws = StaticMixtureWorkSource([ds], seed=2, shuffle="block", chunk_size=32)
-    return Pipeline(ws, rank=rank, world_size=world, lanes=4).tokenize("bytes").pack(32).batch(4)
+    pipe = Pipeline(ws, rank=rank, world_size=world, lanes=lanes)
+    return pipe.tokenize("bytes").pack(32).batch(4)
 
 
 @pytest.fixture
@@ -56,6 +59,34 @@ def test_dataloader_and_stateful_dataloader_resume(root: str) -> None:
     rest = [b["input_ids"] for b in again]
     assert len(head) + len(rest) == len(full)
     assert all(torch.equal(a, b) for a, b in zip(head + rest, full, strict=True))
+
+
+def test_dataloader_workers_share_the_lanes_and_resume_exactly(root: str) -> None:
+    from torch.utils.data import DataLoader
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def rows(batches: Any) -> list[tuple[int, ...]]:
+        return [tuple(r) for b in batches for r in b["input_ids"].tolist()]
+
+    alone = rows(DataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None))
+    full = list(StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None,
+                                   num_workers=2))  # fmt: skip
+    assert sorted(rows(full)) == sorted(alone)  # each worker its lanes: all once, none twice
+    loader = StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None,
+                                num_workers=2)  # fmt: skip
+    head = []
+    for i, b in enumerate(loader):
+        head.append(b)
+        if i == 6:
+            break
+    state = loader.state_dict()
+    again = StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None,
+                               num_workers=2)  # fmt: skip
+    again.load_state_dict(state)
+    assert rows(head) + rows(again) == rows(full)
+    with pytest.raises(Exception, match=r"lanes to be a multiple of world_size x num_workers"):
+        list(DataLoader(build(root, 0, 1, lanes=3).to_torch_dataset(), batch_size=None,
+                        num_workers=2))  # fmt: skip
 
 
 def _worker(rank: int, world: int, root: str, init: str, out: str) -> None:

@@ -92,3 +92,19 @@ def test_bad_arguments() -> None:
         pipe.ensure_mixture(weight_by="bytes")
     with pytest.raises(ConfigError, match="buffer_size"):
         pipe.ensure_mixture(buffer_size=0)
+
+
+def test_a_cut_anywhere_resumes_exactly() -> None:
+    def pipe() -> Pipeline:
+        ws = StaticMixtureWorkSource(datasets(40), {"a": 0.3, "b": 0.7}, seed=5,
+                                     shuffle="global")  # fmt: skip
+        return (Pipeline(ws, rank=0, world_size=1).filter(fns.drop_40_percent_of_a)
+                .ensure_mixture(buffer_size=4))  # fmt: skip
+
+    whole = [x["id"] for x in take(pipe())]
+    for cut in range(1, len(whole)):
+        first = pipe()
+        head = [x["id"] for x in take(first, cut)]
+        again = pipe()
+        again.restore(first.checkpoint())
+        assert head + [x["id"] for x in take(again)] == whole, cut

@@ -22,7 +22,7 @@ def _options(text: str | None) -> dict[str, object]:
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from zephon import __version__
 
     parser = argparse.ArgumentParser(
@@ -71,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--shards", type=int, default=16)
     demo.add_argument("--shard-mib", type=int, default=4)
     demo.add_argument("--concurrency", type=int, default=16)
+    return parser
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         from zephon.cli.demo import run_demo

@@ -96,6 +96,7 @@ class Dataset:
 
     @property
     def num_samples(self) -> int:
+        """Samples in all shards."""
         return sum(s.num_samples for s in self.shards)
 
     def fingerprint(self) -> str:
@@ -200,9 +201,10 @@ class Dataset:
             index_cache: local cache of built shard indexes: ``True`` (default location),
                 a directory, or ``False``.
             limits: storage bounds used during discovery.
-            cache_dir, cache_limit_bytes: a local disk cache of fetched byte ranges for this
-                dataset's reads, shared safely by the node's processes (see
-                :class:`~zephon.storage.DiskCache`; a pipeline's ``cache_dir`` overrides it).
+            cache_dir: a local disk cache of fetched byte ranges for this dataset's reads,
+                shared safely by the node's processes (see :class:`~zephon.storage.DiskCache`;
+                a pipeline's ``cache_dir`` overrides it).
+            cache_limit_bytes: the disk cache's size limit.
 
         Raises:
             NotFound, AccessDenied: the path, bucket or a shard.

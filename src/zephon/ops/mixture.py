@@ -33,12 +33,12 @@ _EPS = 1e-9
 
 
 class _Queued:
-    __slots__ = ("before", "counts", "fed", "item", "mark", "ref", "size")
+    __slots__ = ("before", "counts", "fed", "item", "ref", "size")
 
     def __init__(self, item: Any, ref: Any, size: float, before: Mark, counts: dict[int, int],
-                 fed: int, mark: Mark) -> None:  # fmt: skip
+                 fed: int) -> None:  # fmt: skip
         self.item, self.ref, self.size, self.before = item, ref, size, before
-        self.counts, self.fed, self.mark = counts, fed, mark
+        self.counts, self.fed = counts, fed
 
 
 async def ensure_mixture(
@@ -64,11 +64,13 @@ async def ensure_mixture(
         q = queues[d].popleft()
         emitted[d] += q.size if keep else 0.0
         if keep:
-            out.append((q.item, q.ref, mark_after(q.mark)))
+            out.append((q.item, q.ref, mark_after()))
         else:
             stats.dropped += 1
 
-    def mark_after(last: Mark) -> Mark:
+    def mark_after() -> Mark:
+        """The mark of an item leaving now: the step has taken every input up to ``prev``."""
+        last = prev
         waiting = [q[0] for q in queues if q]
         data = {"emitted": list(emitted)}
         if not waiting:
@@ -115,7 +117,7 @@ async def ensure_mixture(
                 skip[d] -= 1  # it had left before the checkpoint
             else:
                 size = 1.0 if weight_by == "samples" else float(len(item[field]))
-                queues[d].append(_Queued(item, ref, size, prev, dict(seen), fed, here))
+                queues[d].append(_Queued(item, ref, size, prev, dict(seen), fed))
             seen[d] = seen.get(d, 0) + 1
             fed += 1
             prev = here

@@ -36,8 +36,9 @@ class Pipeline(TextSteps):
 
     Args:
         source: the curriculum (its datasets must be :class:`~zephon.dataset.Dataset`).
-        rank, world_size: this process's place; default from ``torch.distributed`` or the
-            ``RANK``/``WORLD_SIZE`` environment.
+        rank: this process's rank; default from ``torch.distributed`` or ``RANK``.
+        world_size: the number of ranks; default from ``torch.distributed`` or
+            ``WORLD_SIZE``.
         lanes: logical streams (default ``world_size``); must be a multiple of ``world_size``.
             Rank ``r`` owns lanes ``[r * lanes / world_size, (r + 1) * lanes / world_size)``.
         deterministic: ``False`` delivers in completion order instead of curriculum order.
@@ -45,7 +46,8 @@ class Pipeline(TextSteps):
             ``stats()``) up to ``max_skipped``.
         fetch_budget_bytes: fetched bytes held in the pipeline at most.
         max_inflight_requests: reads in flight per lane at most.
-        limits, retry: storage client bounds and retry policy.
+        limits: storage client bounds.
+        retry: storage retry policy.
         decode_processes: decode in a worker pool of this size (``0``: in process).
         prefetch: blocks of output kept ready for the consumer.
         range_cache_bytes: recently fetched ranges kept so that neighbouring chunks fetch
@@ -214,20 +216,28 @@ class Pipeline(TextSteps):
 
     # -- introspection ----------------------------------------------------------------
 
+    def for_rank(self, rank: int, world_size: int) -> Pipeline:
+        """The same pipeline as rank ``rank`` of ``world_size`` (lanes unchanged)."""
+        return self._with(rank=rank, world_size=world_size)
+
     @property
     def source(self) -> StaticMixtureWorkSource:
+        """The work source (the curriculum)."""
         return self.spec.source
 
     @property
     def rank(self) -> int:
+        """This process's rank."""
         return self.spec.rank
 
     @property
     def world_size(self) -> int:
+        """The number of ranks."""
         return self.spec.world_size
 
     @property
     def lanes(self) -> int:
+        """Lanes of the whole run (every rank's)."""
         return self.spec.lanes
 
     @property

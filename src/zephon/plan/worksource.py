@@ -207,6 +207,7 @@ class StaticMixtureWorkSource:
         }
 
     def fingerprint(self) -> str:
+        """A short hash of :meth:`describe`: equal curricula have equal fingerprints."""
         blob = json.dumps(self.describe(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -265,6 +266,7 @@ class StaticMixtureWorkSource:
 
     @property
     def stop_after_passes(self) -> int | None:
+        """Passes every dataset completes (``None``: no such limit)."""
         return self.exhaustion.passes
 
     def end_counts(self) -> list[int] | None:

@@ -75,10 +75,12 @@ class ManagedStorage:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the backend's connections."""
         await self.backend.aclose()
 
     @property
     def inflight_bytes(self) -> int:
+        """Bytes of reads in flight right now."""
         return self.budget.held
 
     async def read(

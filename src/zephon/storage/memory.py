@@ -33,6 +33,7 @@ class MemoryStore:
         return cls._default
 
     def put(self, uri: str, data: bytes) -> ObjectInfo:
+        """Store ``data`` at ``uri`` (a new version)."""
         if uri not in self._objects:
             bisect.insort(self._keys, uri)
         version = hashlib.blake2b(data, digest_size=8).hexdigest()
@@ -40,16 +41,19 @@ class MemoryStore:
         return ObjectInfo(uri, len(data), version)
 
     def delete(self, uri: str) -> None:
+        """Remove the object at ``uri`` if it exists."""
         if self._objects.pop(uri, None) is not None:
             self._keys.remove(uri)
 
     def get(self, uri: str) -> tuple[bytes, str]:
+        """``(bytes, version)`` of the object at ``uri``."""
         try:
             return self._objects[uri]
         except KeyError:
             raise NotFound("no such object", uri=uri) from None
 
     def keys_from(self, prefix: str, after: str | None) -> list[str]:
+        """Keys under ``prefix`` in order, after ``after`` if given."""
         lo = (
             bisect.bisect_right(self._keys, after)
             if after

@@ -1,0 +1,130 @@
+"""The documentation runs: every Python block of the README and of docs/ is executed, page
+by page as one script (as a user would paste it), against a real local S3 server holding the
+data the pages name. A block that shows another library's code starts with ``# before`` and
+is not run (that library is not installed here). The site builds with ``--strict``, every
+error class is explained in Troubleshooting and every public name has a docstring."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from zephon.testing import S3Endpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FIXTURES = ROOT / "tests" / "fixtures" / "data"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def blocks(page: Path) -> list[str]:
+    return [b for b in BLOCK.findall(page.read_text()) if not b.startswith("# before")]
+
+
+@pytest.fixture(scope="module")
+def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with ``tokenizer.json``, and ``s3://bucket/`` holding web (JSONL), code
+    (Parquet), mds and litdata datasets."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    root = tmp_path_factory.mktemp("docs")
+    client = s3_endpoint.client()
+    try:
+        client.create_bucket(Bucket="bucket")
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    words = ["stream", "shard", "range", "token", "batch", "lane", "mixture", "the", "of"]
+    for s in range(3):
+        lines = [json.dumps({"id": s * 1000 + i, "text": " ".join(words[(i + k) % 9]
+                                                               for k in range(8 + i % 30))})
+                 for i in range(200)]  # fmt: skip
+        client.put_object(Bucket="bucket", Key=f"web/part-{s}.jsonl",
+                          Body=("\n".join(lines) + "\n").encode())  # fmt: skip
+    for s in range(2):
+        table = pa.table({"text": [f"def f{i}(): return {i}" for i in range(150)],
+                          "lang": ["python"] * 150})  # fmt: skip
+        pq.write_table(table, root / "code.parquet", row_group_size=50)
+        client.put_object(Bucket="bucket", Key=f"code/part-{s}.parquet",
+                          Body=(root / "code.parquet").read_bytes())  # fmt: skip
+    for name, prefix in (("mds", "mds"), ("litdata", "litdata")):
+        for f in (FIXTURES / name).iterdir():
+            if f.name != "reference.json":
+                client.put_object(Bucket="bucket", Key=f"{prefix}/{f.name}", Body=f.read_bytes())
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(words * 20, trainers.BpeTrainer(vocab_size=100,
+                                                            special_tokens=["[UNK]", "<s>", "</s>"]))  # fmt: skip
+    tok.save(str(root / "tokenizer.json"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def env(s3_endpoint: S3Endpoint) -> Iterator[dict[str, str]]:
+    out = {**os.environ, "AWS_ENDPOINT_URL": s3_endpoint.endpoint_url,
+           "AWS_ACCESS_KEY_ID": s3_endpoint.key, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret,
+           "AWS_DEFAULT_REGION": s3_endpoint.region_name}  # fmt: skip
+    out.pop("RAY_ADDRESS", None)
+    yield out
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=lambda p: p.name)
+def test_every_python_block_runs(page: Path, workdir: Path, env: dict[str, str]) -> None:
+    script = workdir / f"{page.stem}.py"
+    script.write_text("\n\n".join(blocks(page)))
+    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", str(script)],
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, f"{page}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_troubleshooting_explains_every_error() -> None:
+    import zephon.errors as errors
+
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    names = [n for n, c in vars(errors).items()
+             if inspect.isclass(c) and issubclass(c, errors.ZephonError)]  # fmt: skip
+    assert len(names) >= 13
+    assert [n for n in names if f"`{n}`" not in text] == []
+
+
+def test_links_stay_in_the_repository() -> None:
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://", "#")):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            assert path.is_relative_to(ROOT) and path.exists(), f"{page.name}: {target}"
+
+
+@pytest.mark.parametrize("module", ["zephon", "zephon.executors", "zephon.errors",
+                                    "zephon.storage", "zephon.torch"])  # fmt: skip
+def test_every_public_name_has_a_docstring(module: str) -> None:
+    mod = importlib.import_module(module)
+    missing = []
+    for name in getattr(mod, "__all__", []):
+        obj = getattr(mod, name)
+        if (inspect.isclass(obj) or inspect.isfunction(obj)) and not inspect.getdoc(obj):
+            missing.append(name)
+        if inspect.isclass(obj) and obj.__module__.startswith("zephon"):
+            missing += [f"{name}.{m}" for m, f in vars(obj).items()
+                        if not m.startswith("_") and (inspect.isfunction(f) or
+                                                      isinstance(f, property))
+                        and not inspect.getdoc(f)]  # fmt: skip
+    assert missing == []
