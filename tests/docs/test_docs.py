@@ -6,6 +6,7 @@ error class is explained in Troubleshooting and every public name has a docstrin
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
@@ -40,10 +41,8 @@ def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -
 
     root = tmp_path_factory.mktemp("docs")
     client = s3_endpoint.client()
-    try:
-        client.create_bucket(Bucket="bucket")
-    except client.exceptions.BucketAlreadyOwnedByYou:
-        pass
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket="bucket")  # an external MinIO may have it already
     words = ["stream", "shard", "range", "token", "batch", "lane", "mixture", "the", "of"]
     for s in range(3):
         lines = [json.dumps({"id": s * 1000 + i, "text": " ".join(words[(i + k) % 9]
@@ -63,8 +62,8 @@ def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -
                 client.put_object(Bucket="bucket", Key=f"{prefix}/{f.name}", Body=f.read_bytes())
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(words * 20, trainers.BpeTrainer(vocab_size=100,
-                                                            special_tokens=["[UNK]", "<s>", "</s>"]))  # fmt: skip
+    trainer = trainers.BpeTrainer(vocab_size=100, special_tokens=["[UNK]", "<s>", "</s>"])
+    tok.train_from_iterator(words * 20, trainer)
     tok.save(str(root / "tokenizer.json"))
     return root
 
@@ -82,8 +81,9 @@ def env(s3_endpoint: S3Endpoint) -> Iterator[dict[str, str]]:
 def test_every_python_block_runs(page: Path, workdir: Path, env: dict[str, str]) -> None:
     script = workdir / f"{page.stem}.py"
     script.write_text("\n\n".join(blocks(page)))
-    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", str(script)],
-                          cwd=workdir, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    command = [sys.executable, "-W", "error::DeprecationWarning", str(script)]
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
     assert done.returncode == 0, f"{page}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
 

@@ -18,9 +18,7 @@ from zephon.plan import StaticMixtureWorkSource  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
-def build(
-    root: str, rank: int | None = None, world: int | None = None, lanes: int = 4
-) -> Pipeline:
+def build(root: str, rank: int | None = None, world: int | None = None, lanes: int = 4) -> Pipeline:
     ds = Dataset.from_path("web", root)
     ws = StaticMixtureWorkSource([ds], seed=2, shuffle="block", chunk_size=32)
     pipe = Pipeline(ws, rank=rank, world_size=world, lanes=lanes)
