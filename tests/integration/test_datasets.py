@@ -26,6 +26,7 @@ from tests.formatdata import (
     write_webdataset,
 )
 from zephon.dataset import PERSISTENT_INDEX_NAME, Dataset
+from zephon.errors import ObjectChanged
 from zephon.storage import open_storage
 from zephon.testing import Azurite, GCSEmulator, S3Endpoint
 
@@ -220,10 +221,19 @@ async def test_persistent_index_replaces_the_scan(location: Location, tmp_path: 
     again = await Dataset.afrom_path("web", base, storage_options=options, index_cache=False)
     st = again.discovery_stats
     assert (st.indexed, st.from_persistent_index) == (0, 6)
-    assert st.requests <= 3  # listing + index read (+ one stat of the prefix on some stores)
+    assert st.listed == 0 and st.requests == 2  # no listing: the index's HEAD and GET
     assert again.shards == first.shards
     assert await read_all(again) == await read_all(first)
     assert all(PERSISTENT_INDEX_NAME not in s.uri for s in again.shards)
+    # Reads stay pinned to the versions the index names: a rewritten shard is caught.
+    (tmp_path / "src" / sorted(p.name for p in (tmp_path / "src").iterdir())[1]).write_text(
+        '{"id": -1}\n' * 57
+    )
+    await upload(tmp_path / "src")
+    pinned = await Dataset.afrom_path("web", base, storage_options=options, index_cache=False)
+    assert pinned.discovery_stats.listed == 0
+    with pytest.raises(ObjectChanged):
+        await read_all(pinned)
 
 
 async def test_gcs_scheme_spelling_finds_the_same_shards(

@@ -67,24 +67,23 @@ def test_dataloader_workers_share_the_lanes_and_resume_exactly(root: str) -> Non
         return [tuple(r) for b in batches for r in b["input_ids"].tolist()]
 
     alone = rows(DataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None))
-    full = list(StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None,
-                                   num_workers=2))  # fmt: skip
+    # Workers start with forkserver: forking a test process that has imported other
+    # libraries (lance warns it is not fork-safe) is not what a training job should do either.
+    mp = {"num_workers": 2, "multiprocessing_context": "forkserver"}
+    full = list(StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None, **mp))
     assert sorted(rows(full)) == sorted(alone)  # each worker its lanes: all once, none twice
-    loader = StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None,
-                                num_workers=2)  # fmt: skip
+    loader = StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None, **mp)
     head = []
     for i, b in enumerate(loader):
         head.append(b)
         if i == 6:
             break
     state = loader.state_dict()
-    again = StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None,
-                               num_workers=2)  # fmt: skip
+    again = StatefulDataLoader(build(root, 0, 1).to_torch_dataset(), batch_size=None, **mp)
     again.load_state_dict(state)
     assert rows(head) + rows(again) == rows(full)
     with pytest.raises(Exception, match=r"lanes to be a multiple of world_size x num_workers"):
-        list(DataLoader(build(root, 0, 1, lanes=3).to_torch_dataset(), batch_size=None,
-                        num_workers=2))  # fmt: skip
+        list(DataLoader(build(root, 0, 1, lanes=3).to_torch_dataset(), batch_size=None, **mp))
 
 
 def _worker(rank: int, world: int, root: str, init: str, out: str) -> None:

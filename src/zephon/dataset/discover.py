@@ -9,10 +9,8 @@ persistent index. Shards are processed concurrently, bounded by the storage limi
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import functools
 import json
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,6 +19,7 @@ from typing import Any
 
 from zephon.dataset.builders import build_jsonl, build_parquet, build_records, build_tar
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
+from zephon.dataset.locate import locate, read_whole
 from zephon.dataset.names import basename as _basename
 from zephon.dataset.names import format_of, natural_key
 from zephon.dataset.names import not_a_shard as _hidden
@@ -42,7 +41,7 @@ from zephon.formats.project import ProjectedCodec
 from zephon.formats.webdataset import WebDatasetCodec
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage
-from zephon.storage.uri import canonical, scheme_of
+from zephon.storage.uri import scheme_of
 
 __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
 
@@ -87,55 +86,6 @@ class _Context:
     persistent: PersistentIndex | None = None
     root: str = ""
     by_uri: dict[str, Any] = field(default_factory=dict)
-
-
-def _absolute(path: str) -> str:
-    path = canonical(path)  # listings spell gcs:// as gs://
-    if scheme_of(path) == "file":
-        local = path[len("file://") :] if path.startswith("file://") else path
-        absolute = os.path.abspath(local)
-        return absolute + ("/" if local.endswith("/") and absolute != "/" else "")
-    return path
-
-
-async def _resolve(
-    storage: ManagedStorage, path: str | Sequence[str]
-) -> tuple[list[ObjectInfo], str]:
-    """The objects a path names and the dataset root (a prefix ending in '/')."""
-    if not isinstance(path, str):
-        uris = [_absolute(p) for p in path]
-        if not uris:
-            raise ConfigError("path is an empty list")
-        infos = list(await asyncio.gather(*(storage.stat(u) for u in uris)))
-        dirs = [u.rsplit("/", 1)[0] + "/" for u in uris]
-        root = os.path.commonprefix(dirs)  # noqa: RUF071  (URIs, not OS paths)
-        return infos, root[: root.rfind("/") + 1]
-    path = _absolute(path)
-    match = _GLOB.search(path)
-    if match:
-        prefix = path[: match.start()]
-        root = prefix.rsplit("/", 1)[0] + "/"
-        infos = [i async for i in storage.list(root) if fnmatch.fnmatchcase(i.uri, path)]
-        if not infos:
-            raise NotFound("no objects match the pattern", uri=path)
-        return infos, root
-    has_key = "://" not in path or path.split("://", 1)[1].strip("/").count("/") > 0
-    if has_key and not path.endswith("/"):
-        try:
-            info = await storage.stat(path)
-            return [info], path.rsplit("/", 1)[0] + "/"
-        except NotFound:
-            if scheme_of(path) in ("http", "https"):
-                raise
-    root = path if path.endswith("/") else path + "/"
-    infos = [i async for i in storage.list(root)]
-    if not infos:
-        raise NotFound("no objects under the prefix", uri=root)
-    return infos, root
-
-
-async def _read_whole(storage: ManagedStorage, info: ObjectInfo) -> bytes:
-    return await storage.read(info.uri, 0, info.size_bytes, version=info.version)
 
 
 async def _bounded(jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
@@ -253,7 +203,7 @@ async def _indexed_format(
         if index_json is None:
             raise FormatError(f"{fmt} dataset has no index.json", dataset=ctx.name, uri=ctx.root)
         if raw is None:
-            raw = await _read_whole(ctx.storage, index_json)
+            raw = await read_whole(ctx.storage, index_json)
         try:
             if fmt == "mds":
                 specs = parse_mds_index(raw)
@@ -363,33 +313,36 @@ async def discover(
     ctx = _Context(name, storage, cache, list(columns) if columns else None, allow_pickle, stats)
     before = (storage.stats.requests, storage.stats.bytes_read)
     try:
-        objects, root = await _resolve(storage, path)
-        stats.listed = len(objects)
+        where = await locate(storage, path, index_uri, format, name)
+        objects, root = where.objects, where.root
+        stats.listed = len(objects) if where.listed else 0
         ctx.root = root
         index_json: ObjectInfo | None = None
         persistent_info: ObjectInfo | None = None
-        for o in objects:
+        for o in objects if where.listed else ():
             if o.uri == root + "index.json":
                 index_json = o
             elif o.uri == root + PERSISTENT_INDEX_NAME:
                 persistent_info = o
         if len(objects) == 1 and _basename(objects[0].uri) in ("index.json", PERSISTENT_INDEX_NAME):
             objects = []  # the path named the index file itself
-        if index_uri is not None:
-            persistent_info = await storage.stat(index_uri)
-        if persistent_info is not None:
-            raw = await _read_whole(storage, persistent_info)
+        if where.persistent is not None:
+            ctx.persistent = where.persistent
+        elif index_uri is not None or persistent_info is not None:
+            persistent_info = persistent_info or await storage.stat(index_uri or "")
             try:
-                ctx.persistent = PersistentIndex.from_bytes(raw)
+                ctx.persistent = PersistentIndex.from_bytes(
+                    await read_whole(storage, persistent_info)
+                )
             except ValueError as exc:
                 raise FormatError(str(exc), dataset=name, uri=persistent_info.uri) from None
-            if format is not None and ctx.persistent.format != format:
-                ctx.persistent = None  # an index of another format says nothing about this one
-            else:
-                ctx.by_uri = {root + e.path: e for e in ctx.persistent.entries}
+        if ctx.persistent is not None and format is not None and ctx.persistent.format != format:
+            ctx.persistent = None  # an index of another format says nothing about this one
+        if ctx.persistent is not None:
+            ctx.by_uri = {root + e.path: e for e in ctx.persistent.entries}
         raw_index = None
         if index_json is not None and ctx.persistent is None and format in (None, "mds", "litdata"):
-            raw_index = await _read_whole(storage, index_json)
+            raw_index = await read_whole(storage, index_json)
         fmt = format or _detect(ctx, objects, index_json, raw_index)
         if fmt in ("mds", "litdata"):
             infos, indexes, codec, meta = await _indexed_format(

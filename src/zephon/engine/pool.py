@@ -53,6 +53,12 @@ class WorkerPool:
             self._executor = ProcessPoolExecutor(
                 self.processes, mp_context=_context(), initializer=_ignore_sigint
             )
+            # Work still queued when the pool stops is dropped anyway: never let the
+            # interpreter's exit wait for the queue's feeder thread to hand it to a worker
+            # that is gone (seen as a hang at exit after Ctrl-C, under load).
+            queue = getattr(self._executor, "_call_queue", None)
+            if queue is not None:
+                queue.cancel_join_thread()
         return self._executor
 
     async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:

@@ -100,6 +100,16 @@ class Pipeline(TextSteps):
         )  # fmt: skip
         self._init(spec)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy in another process needs (a DataLoader worker): the description and
+        any restored position; runs and their resources stay behind."""
+        return {"spec": self.spec, "resume": self._resume}
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        resume: state.Resume = saved["resume"]
+        self._init(saved["spec"])
+        self._resume, self._received = resume, resume.received()
+
     def _init(self, spec: PipelineSpec) -> None:
         self.spec = spec
         self._resume = state.Resume()

@@ -1,0 +1,122 @@
+"""Where a dataset is: the objects a path names, or the persistent index that names them.
+
+A directory (a prefix) with a persistent index (``zephon index``) is found with one HEAD and
+one GET of the index, never a listing: the index names every shard with its size and version,
+and reads stay pinned to those versions (a rewritten shard still raises ``ObjectChanged``).
+So a thousand ranks starting at once make two requests each instead of a paginated listing
+each. Without an index, the prefix is listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from zephon.dataset.cache import PERSISTENT_INDEX_NAME, PersistentIndex
+from zephon.errors import ConfigError, FormatError, NotFound
+from zephon.refs import ObjectInfo
+from zephon.storage import ManagedStorage
+from zephon.storage.uri import canonical, scheme_of
+
+__all__ = ["Located", "locate", "read_whole"]
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclass
+class Located:
+    """The objects a path names (``listed``: whether a listing found them), its root, and
+    the persistent index found on the way (with where it was)."""
+
+    objects: list[ObjectInfo]
+    root: str
+    listed: bool
+    persistent: PersistentIndex | None = None
+    index_uri: str = ""
+
+
+async def locate(
+    storage: ManagedStorage, path: str | Sequence[str], index_uri: str | None,
+    format: str | None, name: str,
+) -> Located:  # fmt: skip
+    """The dataset's objects: from its persistent index when a prefix has one (or ``index_uri``
+    names one), else from a listing, a glob or the named objects."""
+    if isinstance(path, str) and not _GLOB.search(path):
+        root = _absolute(path)
+        if root.endswith("/") or not _has_key(root):
+            root = root if root.endswith("/") else root + "/"
+            found = await _persistent(storage, index_uri or root + PERSISTENT_INDEX_NAME, name)
+            if found is not None and format in (None, found.format):
+                objects = [ObjectInfo(root + e.path, e.size_bytes, e.version)
+                           for e in found.entries]  # fmt: skip
+                return Located(objects, root, False, found, index_uri or root)
+    objects, root = await _resolve(storage, path)
+    return Located(objects, root, True)
+
+
+async def _persistent(storage: ManagedStorage, uri: str, name: str) -> PersistentIndex | None:
+    try:
+        info = await storage.stat(uri)
+    except NotFound:
+        return None
+    raw = await read_whole(storage, info)
+    try:
+        return PersistentIndex.from_bytes(raw)
+    except ValueError as exc:
+        raise FormatError(str(exc), dataset=name, uri=info.uri) from None
+
+
+def _has_key(path: str) -> bool:
+    return "://" not in path or path.split("://", 1)[1].strip("/").count("/") > 0
+
+
+def _absolute(path: str) -> str:
+    path = canonical(path)  # listings spell gcs:// as gs://
+    if scheme_of(path) == "file":
+        local = path[len("file://") :] if path.startswith("file://") else path
+        absolute = os.path.abspath(local)
+        return absolute + ("/" if local.endswith("/") and absolute != "/" else "")
+    return path
+
+
+async def _resolve(
+    storage: ManagedStorage, path: str | Sequence[str]
+) -> tuple[list[ObjectInfo], str]:
+    """The objects a path names and the dataset root (a prefix ending in '/')."""
+    if not isinstance(path, str):
+        uris = [_absolute(p) for p in path]
+        if not uris:
+            raise ConfigError("path is an empty list")
+        infos = list(await asyncio.gather(*(storage.stat(u) for u in uris)))
+        dirs = [u.rsplit("/", 1)[0] + "/" for u in uris]
+        root = os.path.commonprefix(dirs)  # noqa: RUF071  (URIs, not OS paths)
+        return infos, root[: root.rfind("/") + 1]
+    path = _absolute(path)
+    match = _GLOB.search(path)
+    if match:
+        prefix = path[: match.start()]
+        root = prefix.rsplit("/", 1)[0] + "/"
+        infos = [i async for i in storage.list(root) if fnmatch.fnmatchcase(i.uri, path)]
+        if not infos:
+            raise NotFound("no objects match the pattern", uri=path)
+        return infos, root
+    if _has_key(path) and not path.endswith("/"):
+        try:
+            info = await storage.stat(path)
+            return [info], path.rsplit("/", 1)[0] + "/"
+        except NotFound:
+            if scheme_of(path) in ("http", "https"):
+                raise
+    root = path if path.endswith("/") else path + "/"
+    infos = [i async for i in storage.list(root)]
+    if not infos:
+        raise NotFound("no objects under the prefix", uri=root)
+    return infos, root
+
+
+async def read_whole(storage: ManagedStorage, info: ObjectInfo) -> bytes:
+    return await storage.read(info.uri, 0, info.size_bytes, version=info.version)
