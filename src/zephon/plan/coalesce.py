@@ -216,6 +216,8 @@ def _slot_windows(
     samples back in order holds about a window of them, not the chunk (large records). With
     small records the chunk fits one window and reads are as before."""
     windows = np.zeros(len(datasets), np.int64)
+    if not len(datasets) or int((stops - starts).max()) * chunk_size <= max_bytes:
+        return windows  # no sample is large enough for its dataset's chunk to need windows
     for d in distinct(datasets):
         mask = (datasets == d) & (units < 0)
         if not mask.any():
