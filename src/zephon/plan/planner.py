@@ -110,17 +110,26 @@ class LanePlanner:
         total = len(picks)
         if total == 0:
             return []
-        shards = np.empty(total, np.int64)
-        samples = np.empty(total, np.int64)
         taken = np.bincount(picks, minlength=k)
-        for d in np.flatnonzero(taken).tolist():
-            where = picks == d
-            shards[where], samples[where] = self._locate(d, int(counts[d]), int(taken[d]))
+        drawn = np.flatnonzero(taken).tolist()
+        if len(drawn) == 1:  # one dataset (or one's turn): its pointers, no masks
+            shards, samples = self._locate(drawn[0], int(counts[drawn[0]]), total)
+        else:
+            shards = np.empty(total, np.int64)
+            samples = np.empty(total, np.int64)
+            for d in drawn:
+                where = picks == d
+                shards[where], samples[where] = self._locate(d, int(counts[d]), int(taken[d]))
         reads = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
                                 src.max_request_bytes, n)  # fmt: skip
         chunks = len(reads)
-        per_chunk = np.bincount((np.arange(total) // n) * k + picks, minlength=chunks * k)
-        after = (counts + np.cumsum(per_chunk.reshape(chunks, k), axis=0)).tolist()
+        if len(drawn) == 1:  # every pointer is that dataset's: chunk lengths are the counts
+            per_chunk = np.zeros((chunks, k), np.int64)
+            per_chunk[:, drawn[0]] = np.diff(np.minimum(np.arange(chunks + 1) * n, total))
+        else:
+            per_chunk = np.bincount((np.arange(total) // n) * k + picks,
+                                    minlength=chunks * k).reshape(chunks, k)  # fmt: skip
+        after = (counts + np.cumsum(per_chunk, axis=0)).tolist()
         out = []
         for j in range(chunks):
             a, b = j * n, min(total, (j + 1) * n)
