@@ -32,7 +32,7 @@ rank, world, index, cache = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "
 path = "s3://bench/web/" if index else "s3://bench/web-noindex/"
 ds = Dataset.from_path("web", path, index_cache=cache if cache != "-" else False)
 discovery = ds.discovery_stats
-pipe = Pipeline(StaticMixtureWorkSource([ds], seed=0, shuffle="global"), rank=rank,
+pipe = Pipeline(StaticMixtureWorkSource([ds], seed=0), rank=rank,
                 world_size=world)
 next(iter(pipe))
 first = time.perf_counter() - started
