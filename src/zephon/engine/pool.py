@@ -83,6 +83,9 @@ class WorkerPool:
             return
         executor, self._executor = self._executor, None
         workers = list((executor._processes or {}).values())
+        # shutdown() forgets the manager thread and the call queue: keep them first.
+        manager = getattr(executor, "_executor_manager_thread", None)
+        queue = getattr(executor, "_call_queue", None)
         executor.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + timeout_s
         for worker in workers:
@@ -95,10 +98,7 @@ class WorkerPool:
             if worker.is_alive():
                 worker.kill()
                 worker.join(1.0)
-        if stragglers:  # nobody will drain the queue of work to them: do not wait on it
-            queue = getattr(executor, "_call_queue", None)
-            if queue is not None:
-                queue.cancel_join_thread()
-        manager = getattr(executor, "_executor_manager_thread", None)
+        if stragglers and queue is not None:  # nobody will drain the work queued for them
+            queue.cancel_join_thread()
         if manager is not None:  # it notices the workers' end on its own: bounded wait for it
             manager.join(max(1.0, deadline - time.monotonic()))
