@@ -17,7 +17,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from tiny_lm import SEQ, train
+from tiny_lm import SEQ, train_and_resume
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
@@ -72,18 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         tok = write_data(root)
-        build = functools.partial(pipeline, root, tok)
-        vocab = tok.get_vocab_size()
-        whole, _ = train(build, vocab, steps)
-        head, saved = train(build, vocab, steps, stop_at=steps // 2)
-        assert saved is not None
-        saved["data"] = json.loads(json.dumps(saved["data"]))  # checkpoints are JSON
-        tail, _ = train(build, vocab, steps, resume=saved)
-    print("losses:", " ".join(f"{x:.4f}" for x in whole))
-    assert head + tail == whole, (head + tail, whole)
-    print(
-        f"resumed exactly: {len(head)} steps, checkpoint, {len(tail)} more == {len(whole)} straight"
-    )
+        train_and_resume(functools.partial(pipeline, root, tok), tok.get_vocab_size(), steps)
 
 
 if __name__ == "__main__":

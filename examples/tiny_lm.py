@@ -9,6 +9,7 @@ returns what a job saves (the pipeline's JSON state with the model and optimizer
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -76,3 +77,18 @@ def train(
         if step == steps:
             break
     return losses, None
+
+
+def train_and_resume(build: Callable[[], Pipeline], vocab: int, steps: int) -> None:
+    """Train ``steps`` steps straight, then half, checkpoint (through JSON), resume in a fresh
+    pipeline and model for the rest: the losses must be the same, bit for bit."""
+    whole, _ = train(build, vocab, steps)
+    head, saved = train(build, vocab, steps, stop_at=steps // 2)
+    assert saved is not None
+    saved["data"] = json.loads(json.dumps(saved["data"]))  # checkpoints are JSON
+    tail, _ = train(build, vocab, steps, resume=saved)
+    print("losses:", " ".join(f"{x:.4f}" for x in whole))
+    assert head + tail == whole, (head + tail, whole)
+    print(
+        f"resumed exactly: {len(head)} steps, checkpoint, {len(tail)} more == {len(whole)} straight"
+    )
