@@ -20,8 +20,12 @@ demo: $(STAMP)
 	$(BIN)/zephon demo
 
 # Azurite (Azure Blob emulator) for the Azure tests, from npm into .npm-tools/.
+# npm's registry fails now and then: three attempts.
 $(AZURITE):
-	npm install --silent --no-audit --no-fund --prefix .npm-tools azurite@3
+	for attempt in 1 2 3; do \
+		npm install --silent --no-audit --no-fund --prefix .npm-tools azurite@3 && break; \
+		sleep 5; \
+	done; test -x $(AZURITE)
 
 azurite: $(AZURITE)
 
