@@ -90,8 +90,9 @@ def build_lane(
         assert resume is not None
         head = block_channel(LANE_CHANNEL, spec)
         name = f"handover[{lane}]"
-        body = _handover(tg, spec, res, lane, resume, history, head, res.stats(name))
-        tg.create_task(stage(name, res.stats(name), body))
+        stats = res.stats(name)
+        tg.create_task(stage(name, stats, _handover(tg, spec, res, lane, resume, history, head,
+                                                    stats)))  # fmt: skip
     else:
         head = _segment(tg, spec, res, lane, spec.lanes, resume, history)
     return _steps(tg, spec, res, str(lane), head, range(spec.stateful_prefix, len(spec.steps)),
