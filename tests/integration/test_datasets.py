@@ -25,7 +25,7 @@ from tests.formatdata import (
     write_parquet,
     write_webdataset,
 )
-from zephon.dataset import PERSISTENT_INDEX_NAME, Dataset
+from zephon.dataset import PERSISTENT_INDEX_NAME, Dataset, locate
 from zephon.errors import ObjectChanged
 from zephon.storage import open_storage
 from zephon.testing import Azurite, GCSEmulator, S3Endpoint
@@ -211,7 +211,9 @@ async def test_random_access_by_range(location: Location, tmp_path: Path) -> Non
     assert got == [expected[2 * 57 + i] for i in picks]
 
 
-async def test_persistent_index_replaces_the_scan(location: Location, tmp_path: Path) -> None:
+async def test_persistent_index_replaces_the_scan(
+    location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     base, options, upload = location
     write_jsonl(tmp_path / "src", shards=6)
     await upload(tmp_path / "src")
@@ -221,10 +223,15 @@ async def test_persistent_index_replaces_the_scan(location: Location, tmp_path: 
     again = await Dataset.afrom_path("web", base, storage_options=options, index_cache=False)
     st = again.discovery_stats
     assert (st.indexed, st.from_persistent_index) == (0, 6)
-    assert st.listed == 0 and st.requests == 2  # no listing: the index's HEAD and GET
+    assert st.listed == 0 and st.requests == 1  # no listing, no HEAD: one GET of the index
     assert again.shards == first.shards
     assert await read_all(again) == await read_all(first)
     assert all(PERSISTENT_INDEX_NAME not in s.uri for s in again.shards)
+    # An index larger than the first read: the rest is read after a HEAD.
+    monkeypatch.setattr(locate, "_FIRST_READ", 64)
+    big = await Dataset.afrom_path("web", base, storage_options=options, index_cache=False)
+    assert big.discovery_stats.requests == 3 and big.shards == first.shards
+    monkeypatch.undo()
     # Reads stay pinned to the versions the index names: a rewritten shard is caught.
     (tmp_path / "src" / sorted(p.name for p in (tmp_path / "src").iterdir())[1]).write_text(
         '{"id": -1}\n' * 57

@@ -36,7 +36,31 @@ async def groups(*requests: RangeRequest, gap: int = 10, max_bytes: int = 1000) 
 
 async def test_adjacent_and_repeated_reads_of_a_shard_merge() -> None:
     got = await groups(req("a", 0, 100), req("a", 100, 200), req("a", 100, 200), req("a", 205, 300))
-    assert got == [[0, 100, 100, 205]]
+    assert got == [[0], [100, 100], [205]]  # groups start small: 1, then 2, then 4 ...
+    got = await groups(req("z", 0, 1), *(req("a", 10 * k, 10 * k + 10) for k in range(12)))
+    assert got == [[0], [0, 10], [20, 30, 40, 50], [60, 70, 80, 90, 100, 110]]
+
+
+async def test_slow_start_admits_one_more_call_per_completion() -> None:
+    from zephon.engine.runner import SlowStart
+
+    gate = SlowStart(2, limit=5)
+
+    async def admitted() -> int:  # calls started before the next one would have to wait
+        n = 0
+        while gate.ready():
+            await gate.acquire()
+            n += 1
+        return n
+
+    assert await admitted() == 2  # two at first
+    gate.release()  # one done: its place, and one more
+    assert await admitted() == 2
+    gate.release()
+    gate.release()
+    assert await admitted() == 4  # 5 in flight minus the one still running
+    gate.release()  # at the limit: a completion only frees its own place
+    assert await admitted() == 1
 
 
 async def test_gaps_other_shards_and_size_bound_split_groups() -> None:

@@ -58,16 +58,23 @@ async def locate(
     return Located(objects, root, True)
 
 
+_FIRST_READ = 1 << 20  # an index this small (about 10,000 shards) comes in one GET
+
+
 async def _persistent(storage: ManagedStorage, uri: str, name: str) -> PersistentIndex | None:
+    """The persistent index at ``uri``, or ``None``. One GET, no HEAD first: every request
+    before the first sample is a round trip every rank pays."""
     try:
-        info = await storage.stat(uri)
+        raw = await storage.read(uri, 0, _FIRST_READ)
     except NotFound:
         return None
-    raw = await read_whole(storage, info)
+    if len(raw) == _FIRST_READ:  # a larger index: the rest, pinned to what was just read
+        info = await storage.stat(uri)
+        raw = await read_whole(storage, info)
     try:
         return PersistentIndex.from_bytes(raw)
     except ValueError as exc:
-        raise FormatError(str(exc), dataset=name, uri=info.uri) from None
+        raise FormatError(str(exc), dataset=name, uri=uri) from None
 
 
 def _has_key(path: str) -> bool:

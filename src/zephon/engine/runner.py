@@ -9,6 +9,7 @@ on failure the group cancels every other stage; :func:`first_error` turns the gr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -17,7 +18,15 @@ from zephon.engine.channel import Channel, Escaped, carry, closing
 from zephon.engine.stats import StageStats
 from zephon.errors import first_error
 
-__all__ = ["Escaped", "first_error", "ordered", "stage", "timed_receive", "timed_send"]
+__all__ = [
+    "Escaped",
+    "SlowStart",
+    "first_error",
+    "ordered",
+    "stage",
+    "timed_receive",
+    "timed_send",
+]
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -68,19 +77,31 @@ async def ordered(
     *,
     deterministic: bool = True,
     size: Callable[[Any], int] | None = None,
+    ramp: int | None = None,
 ) -> None:
     """Apply ``fn`` to every item of ``source`` with up to ``concurrency`` calls in flight,
     sending results to ``out`` in input order (or completion order if not ``deterministic``).
     Closes ``out`` when done. Its tasks live in ``tg``, so a failure cancels them all.
     ``size`` says what an input or output counts for in ``stats`` (default 1: blocks and
-    request groups count their items with ``len``)."""
+    request groups count their items with ``len``). ``ramp``: a slow start, see
+    :class:`SlowStart`."""
     pending: Channel[asyncio.Task[B]] = Channel(concurrency)
+    gate = SlowStart(ramp, concurrency) if ramp is not None and ramp < concurrency else None
 
     async def start_all() -> None:
         with closing(pending):
-            async for item in source:
-                stats.items_in += 1 if size is None else size(item)
-                await timed_send(pending, tg.create_task(_call(fn, item, stats.name)), stats)
+            async with _aclosing(source):
+                await feed()
+
+    async def feed() -> None:
+        async for item in source:
+            stats.items_in += 1 if size is None else size(item)
+            if gate is not None:
+                await gate.acquire()
+            task = tg.create_task(_call(fn, item, stats.name))
+            if gate is not None:
+                task.add_done_callback(gate.release)
+            await timed_send(pending, task, stats)
 
     async def finish_in_order() -> None:
         with closing(out):
@@ -108,6 +129,45 @@ async def ordered(
 
     tg.create_task(start_all())
     await (finish_in_order() if deterministic else finish_as_completed())
+
+
+@contextlib.asynccontextmanager
+async def _aclosing(source: AsyncIterator[Any]) -> AsyncIterator[None]:
+    """Close ``source`` (an async generator) when its consumer stops, even while suspended
+    outside it; left to the garbage collector, its ``aclose`` would become a stray task."""
+    try:
+        yield
+    finally:
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class SlowStart:
+    """At most ``initial`` calls in flight at first, one more each time a call completes, up
+    to ``limit``: the window doubles about once per call duration, as TCP's slow start does.
+
+    Fetching starts this way so that the first reads have the link to themselves: with every
+    read of a lane started at once, the one the first batch waits for shares the bandwidth
+    with dozens of others and arrives with the last of them."""
+
+    def __init__(self, initial: int, limit: int) -> None:
+        self._permits = asyncio.Semaphore(max(1, initial))
+        self._granted = max(1, initial)
+        self._limit = limit
+
+    def ready(self) -> bool:
+        """Whether a call may start now."""
+        return not self._permits.locked()
+
+    async def acquire(self) -> None:
+        await self._permits.acquire()
+
+    def release(self, _: object = None) -> None:
+        self._permits.release()
+        if self._granted < self._limit:
+            self._granted += 1
+            self._permits.release()
 
 
 async def _call(fn: Callable[[A], Awaitable[B]], item: A, name: str) -> B:

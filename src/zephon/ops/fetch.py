@@ -155,34 +155,45 @@ async def group_requests(
 
     The planner coalesces within a chunk; consecutive chunks often continue where the last
     one stopped (storage order, block runs), so one storage read can serve several chunks.
+    Groups start small: the ``k``-th holds at most ``2 ** k`` requests, so the first chunk is
+    one read of its own (the first batch waits for it, not for the chunks merged after it).
     """
     group: list[RangeRequest] = []
     stop = 0
-    async for request in requests:
-        if len(request.ranges) == 1:
-            ((start, end),) = request.ranges
-            if (
-                group
-                and request.uri == group[0].uri
-                and request.version == group[0].version
-                and start >= group[0].ranges[0][0]
-                and start - stop <= gap_bytes
-                and end - group[0].ranges[0][0] <= max_bytes
-                and len(group) < max_group
-            ):
-                group.append(request)
-                stop = max(stop, end)
+    made = 0
+    try:
+        async for request in requests:
+            if len(request.ranges) == 1:
+                ((start, end),) = request.ranges
+                if (
+                    group
+                    and request.uri == group[0].uri
+                    and request.version == group[0].version
+                    and start >= group[0].ranges[0][0]
+                    and start - stop <= gap_bytes
+                    and end - group[0].ranges[0][0] <= max_bytes
+                    and len(group) < min(max_group, 1 << min(made, 16))
+                ):
+                    group.append(request)
+                    stop = max(stop, end)
+                    continue
+                if group:
+                    yield group
+                    made += 1
+                group, stop = [request], end
                 continue
             if group:
                 yield group
-            group, stop = [request], end
-            continue
+                made += 1
+                group = []
+            yield [request]
+            made += 1
         if group:
             yield group
-            group = []
-        yield [request]
-    if group:
-        yield group
+    finally:  # closed here, not left to the collector (its aclose would be a stray task)
+        aclose = getattr(requests, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def group_reservations(group: list[RangeRequest]) -> list[int]:

@@ -217,7 +217,7 @@ def _fetch(
     name = f"fetch[{lane}]"
     stats = res.stats(name, str(spec.max_inflight_requests))
     body = ordered(tg, groups, read, fetched, spec.max_inflight_requests, stats,
-                   deterministic=spec.deterministic, size=len)  # fmt: skip
+                   deterministic=spec.deterministic, size=len, ramp=2)  # fmt: skip
     tg.create_task(stage(name, stats, body))
     return fetched
 

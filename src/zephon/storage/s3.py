@@ -10,6 +10,7 @@ where throttling feeds the adaptive limiter.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from contextlib import AsyncExitStack
 from typing import Any
@@ -144,6 +145,23 @@ def _new_session(static_keys: bool = False) -> Any:
     return session
 
 
+def _environment_keys() -> dict[str, str]:
+    """Keys in ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` as static storage options:
+    what botocore would resolve first anyway, but known static, so the client shares the
+    static-key session (~20 ms saved per client, before the first byte). Not when a profile
+    is chosen or the keys expire (botocore refreshes those)."""
+    env = os.environ
+    if env.get("AWS_PROFILE") or env.get("AWS_CREDENTIAL_EXPIRATION"):
+        return {}
+    key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        return {}
+    out = {"key": key, "secret": secret}
+    if env.get("AWS_SESSION_TOKEN"):
+        out["token"] = env["AWS_SESSION_TOKEN"]
+    return out
+
+
 class S3Backend:
     """One aiobotocore client, created lazily in the event loop that first uses it.
 
@@ -189,6 +207,8 @@ class S3Backend:
 
     async def _create_client(self) -> Any:
         opts = self._options
+        if not (opts.get("key") or opts.get("profile") or opts.get("anon")):
+            opts = {**opts, **_environment_keys()}
         session = _new_session(static_keys=bool(opts.get("key")) and not opts.get("profile"))
         if opts.get("profile"):
             session.set_config_variable("profile", opts["profile"])

@@ -1,7 +1,7 @@
 """Real local servers for tests, benchmarks and the demo: S3 (moto), GCS (fake-gcs-server),
 a static HTTP server and a fault-injecting proxy. Nothing in the library imports this package."""
 
-from zephon.testing.faults import FaultProxy, Faults
+from zephon.testing.faults import FaultProxy, Faults, ProxyProcess
 from zephon.testing.servers import (
     Azurite,
     GCSEmulator,
@@ -16,6 +16,7 @@ __all__ = [
     "Faults",
     "GCSEmulator",
     "MotoServer",
+    "ProxyProcess",
     "S3Endpoint",
     "StaticHTTPServer",
 ]

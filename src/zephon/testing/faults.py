@@ -6,13 +6,18 @@ whole under a shortened one), or nothing. Unsigned requests can be refused with 
 private bucket refuses anonymous clients. Bodies are streamed through (the first byte leaves
 as soon as the server sends it); only a request drawn for truncation is buffered. Every
 request can also be delayed. Counts of what was injected are kept in
-:attr:`FaultProxy.injected`.
+:attr:`FaultProxy.injected`, and of what passed through (requests, body bytes) in
+:attr:`FaultProxy.served`. :class:`ProxyProcess` runs one in a child process, so it never
+shares an interpreter lock with the client it measures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 
@@ -22,7 +27,7 @@ from yarl import URL
 
 from zephon.testing._loop import AppServer
 
-__all__ = ["FaultProxy", "Faults"]
+__all__ = ["FaultProxy", "Faults", "ProxyProcess"]
 
 _SLOWDOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -58,9 +63,11 @@ class FaultProxy:
         self.upstream = upstream.rstrip("/")
         self.faults = faults
         self.injected: Counter[str] = Counter()
+        self.served: Counter[str] = Counter()  # requests and body bytes passed through
         self._rng = random.Random(faults.seed)
         self._session: aiohttp.ClientSession | None = None
         app = web.Application(client_max_size=1 << 30)
+        app.router.add_route("GET", "/__proxy__/stats", self._stats)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         app.on_cleanup.append(self._close_session)
         self._server = AppServer(app)
@@ -83,8 +90,15 @@ class FaultProxy:
         if self._session is not None:
             await self._session.close()
 
+    async def _stats(self, request: web.Request) -> web.Response:
+        body = dict(self.served)
+        if request.query.get("reset"):
+            self.served.clear()
+        return web.json_response(body)
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         f = self.faults
+        self.served["requests"] += 1
         if f.latency_s:
             await asyncio.sleep(f.latency_s)
         signed = "Authorization" in request.headers or "X-Amz-Signature" in request.query
@@ -120,7 +134,10 @@ class FaultProxy:
                     resp.headers.add(key, value)
             declared = upstream.headers.get("Content-Length")
             if not truncate and declared is not None:  # stream: latency, not buffering
-                return await _stream(request, resp, upstream, int(declared))
+                try:
+                    return await _stream(request, resp, upstream, int(declared), self.served)
+                except ConnectionError:  # the client went away (a reader that stopped early)
+                    return resp
             body = await upstream.read()
             length = int(declared) if declared is not None else len(body)
             if truncate and len(body) > 1:
@@ -138,19 +155,79 @@ class FaultProxy:
             resp.content_length = length
             await resp.prepare(request)
             if request.method != "HEAD":
+                self.served["bytes"] += len(body)
                 await resp.write(body)
             await resp.write_eof()
             return resp
 
 
 async def _stream(
-    request: web.Request, resp: web.StreamResponse, upstream: aiohttp.ClientResponse, size: int
-) -> web.StreamResponse:
+    request: web.Request, resp: web.StreamResponse, upstream: aiohttp.ClientResponse, size: int,
+    served: Counter[str],
+) -> web.StreamResponse:  # fmt: skip
     """Send ``upstream``'s body on as it arrives."""
     resp.content_length = size
     await resp.prepare(request)
     if request.method != "HEAD":
         async for piece in upstream.content.iter_chunked(1 << 16):
+            served["bytes"] += len(piece)
             await resp.write(piece)
     await resp.write_eof()
     return resp
+
+
+class ProxyProcess:
+    """A :class:`FaultProxy` in a child process, for benchmarks: the proxy's own work (a
+    Python event loop copying every body) stays off the measured process's interpreter lock.
+    :meth:`served` reads its counts of requests and bytes. The child exits when our end of
+    its standard input closes, so it cannot outlive us.
+
+    >>> with ProxyProcess("http://127.0.0.1:9000", latency_s=0.03) as url:
+    ...     ...  # point the client at url
+    """
+
+    def __init__(self, upstream: str, latency_s: float = 0.0) -> None:
+        self.upstream = upstream
+        self.latency_s = latency_s
+        self.url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        argv = [sys.executable, "-m", "zephon.testing._proxy_main", self.upstream]
+        argv.append(str(self.latency_s))
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().decode().strip()
+        if not line.startswith("http://"):
+            self.stop()
+            raise RuntimeError("the proxy process failed to start")
+        self.url = line
+        return line
+
+    def served(self, reset: bool = False) -> dict[str, int]:
+        """Requests and body bytes passed through since the last reset."""
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.url}/__proxy__/stats{'?reset=1' if reset else ''}",
+                                    timeout=10) as resp:  # fmt: skip
+            counts: dict[str, int] = json.loads(resp.read())
+        return {"requests": counts.get("requests", 0), "bytes": counts.get("bytes", 0)}
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
