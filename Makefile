@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 AZURITE := .npm-tools/node_modules/.bin/azurite-blob
 
-.PHONY: demo test docs lint typecheck bench fixtures azurite clean
+.PHONY: demo test docs lint typecheck bench bench-peers fixtures azurite clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,9 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src
+
+bench-peers: $(STAMP)  ## Zephon against LitData, MosaicML Streaming, WebDataset, zephon 0.2.0
+	$(BIN)/python benchmarks/peers.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/storage_throughput.py

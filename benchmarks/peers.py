@@ -1,0 +1,227 @@
+"""Zephon against its peers, side by side in one run, each peer in its own virtual environment.
+
+One moto server holds the same 64,000 documents (~1.6 KB of text each, 16 shards) in every
+system's own format, written by the system's own writer: JSONL and Parquet (Zephon, and the
+original zephon 0.2.0 on JSONL), MDS (``MDSWriter``), LitData chunks (``litdata.optimize``) and
+WebDataset tars (``TarWriter``; Zephon reads those too). Every reader runs one shuffled epoch in
+a fresh process with an empty local cache, through a latency proxy in its own process (0 and
++30 ms per request), in the main process and with 2 workers. Printed per run (median of
+``--rounds`` by wall time): time to the first sample, samples/s over the epoch (start-up
+included), peak resident memory of all its processes, local disk left behind, requests and bytes
+fetched, and the epoch's wall time against Zephon's JSONL row and LitData's.
+
+The venvs (``.venv-peers/<peer>``, torch pinned to 2.13.0) are created on first use.
+
+    make bench-peers            # or: .venv/bin/python benchmarks/peers.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import text
+from zephon import Dataset
+from zephon.testing import MotoServer, ProxyProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = Path(__file__).resolve().parent / "peer_run.py"
+VENVS = ROOT / ".venv-peers"
+PEERS = {  # venv name -> what it installs
+    "litdata": ["litdata==0.2.76", "torch==2.13.0", "boto3"],
+    "mosaic": ["mosaicml-streaming==0.13.0", "torch==2.13.0"],
+    "webdataset": ["webdataset==1.0.2", "torch==2.13.0", "numpy"],
+    "zephon-0.2.0": ["zephon[cloud]==0.2.0"],
+}
+# PyPI's torchvision does not load beside the pinned torch; MDS for text never needs it.
+REMOVE = {"mosaic": ["torchvision"]}
+SHARDS, PER_SHARD = 16, 4000
+BUCKET = "peers"
+
+
+def peer_python(name: str) -> str:
+    """The peer's interpreter, its venv created and filled on first use."""
+    venv = VENVS / name
+    stamp = venv / ".installed"
+    wanted = " ".join(PEERS[name])
+    if not stamp.exists() or stamp.read_text() != wanted:
+        print(f"# installing {wanted} into {venv} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(venv / "bin/pip"), "install", "-q", *PEERS[name]], check=True)
+        if REMOVE.get(name):
+            subprocess.run([str(venv / "bin/pip"), "uninstall", "-q", "-y", *REMOVE[name]],
+                           check=True)  # fmt: skip
+        stamp.write_text(wanted)
+    return str(venv / "bin/python")
+
+
+def write_documents(where: Path) -> int:
+    """JSONL shards of the documents; returns the sum of their ids."""
+    where.mkdir(parents=True)
+    for s in range(SHARDS):
+        with (where / f"part-{s:03d}.jsonl").open("w") as f:
+            for i in range(s * PER_SHARD, (s + 1) * PER_SHARD):
+                f.write(json.dumps({"id": i, "text": text(i, "docs")}) + "\n")
+    n = SHARDS * PER_SHARD
+    return n * (n - 1) // 2
+
+
+def write_parquet(docs: Path, where: Path) -> None:
+    where.mkdir(parents=True)
+    for path in sorted(docs.glob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        table = pa.table({"id": [r["id"] for r in rows], "text": [r["text"] for r in rows]})
+        pq.write_table(table, where / (path.stem + ".parquet"), row_group_size=1000)
+
+
+def upload(client: Any, local: Path, prefix: str) -> int:
+    total = 0
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        client.upload_file(str(path), BUCKET, f"{prefix}/{path.relative_to(local)}")
+        total += path.stat().st_size
+    return total
+
+
+def prepare(endpoint: Any, work: Path) -> dict[str, int]:
+    """Every format written and uploaded; returns the bytes of each prefix."""
+    client = endpoint.client()
+    client.create_bucket(Bucket=BUCKET)
+    docs = work / "docs"
+    write_documents(docs)
+    write_parquet(docs, work / "parquet")
+    sizes = {"jsonl": upload(client, docs, "jsonl"), "jsonl-index": upload(client, docs,
+             "jsonl-index"), "parquet": upload(client, work / "parquet", "parquet")}  # fmt: skip
+    options = endpoint.storage_options()
+    indexed = Dataset.from_path("web", f"s3://{BUCKET}/jsonl-index/", storage_options=options,
+                                index_cache=False)  # fmt: skip
+    asyncio.run(indexed.awrite_index())
+    for peer, prefix in (("mosaic", "mds"), ("litdata", "litdata"), ("webdataset", "wds")):
+        out = work / prefix
+        out.mkdir()
+        subprocess.run([peer_python(peer), str(RUNNER), "write", peer, str(docs), str(out)],
+                       check=True, capture_output=True)  # fmt: skip
+        sizes[prefix] = upload(client, out, prefix)
+    return sizes
+
+
+ROWS = [  # label, venv (None: ours), system, prefix, extra environment
+    ("Zephon, JSONL (no index)", None, "zephon", "jsonl", {}),
+    ("Zephon, JSONL, persistent index", None, "zephon", "jsonl-index", {}),
+    ("Zephon, Parquet", None, "zephon", "parquet", {}),
+    ("Zephon, WebDataset tars", None, "zephon", "wds", {"PEER_FORMAT": "webdataset"}),
+    ("LitData 0.2.76", "litdata", "litdata", "litdata", {}),
+    ("MosaicML Streaming 0.13.0", "mosaic", "mosaic", "mds", {}),
+    ("WebDataset 1.0.2 (http)", "webdataset", "webdataset", "wds", {}),
+    ("original zephon 0.2.0", "zephon-0.2.0", "zephon-0.2.0", "jsonl", {}),
+]
+
+
+def run_one(row: tuple[Any, ...], proxy: ProxyProcess, endpoint: Any, workers: int,
+            work: Path) -> dict[str, Any]:  # fmt: skip
+    _, venv, system, prefix, extra = row
+    python = sys.executable if venv is None else peer_python(venv)
+    cache = Path(tempfile.mkdtemp(dir=work, prefix="cache-"))
+    url = f"{proxy.url}/{BUCKET}/{prefix}" if system == "webdataset" else f"s3://{BUCKET}/{prefix}/"
+    env = {**os.environ, **extra, "AWS_ENDPOINT_URL": proxy.url, "S3_ENDPOINT_URL": proxy.url,
+           "AWS_ACCESS_KEY_ID": endpoint.key, "AWS_SECRET_ACCESS_KEY": endpoint.secret,
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+           "ZEPHON_CACHE_DIR": str(cache / "zephon"), "HOME": str(cache)}  # fmt: skip
+    proxy.served(reset=True)
+    try:
+        out = subprocess.run([python, str(RUNNER), "read", system, url, str(cache), str(workers)],
+                             capture_output=True, text=True, env=env, timeout=600,
+                             cwd=str(work))  # fmt: skip
+        if out.returncode == 0:
+            result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        else:
+            result = {"error": out.stderr[-600:]}
+    except subprocess.TimeoutExpired:
+        result = {"error": "timed out after 600 s"}
+    result.update(proxy.served())
+    shutil.rmtree(cache, ignore_errors=True)
+    return result
+
+
+def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
+    good = sorted((r for r in results if "error" not in r), key=lambda r: r["wall_s"])
+    if not good:
+        return results[-1]
+    best = dict(good[len(good) // 2])
+    best["failed"] = len(results) - len(good)
+    return best
+
+
+def table(results: dict[str, dict[str, Any]], sizes: dict[str, int], expected: int) -> None:
+    zephon = results["Zephon, JSONL (no index)"].get("wall_s")
+    litdata = results["LitData 0.2.76"].get("wall_s")
+    print(f"{'system':<34} {'first':>7} {'samples/s':>10} {'RSS MB':>7} {'disk MB':>8} "
+          f"{'requests':>8} {'MB fetched':>15} {'x Zephon':>9} {'x LitData':>9}")  # fmt: skip
+    for label, _, _, prefix, _ in ROWS:
+        r = results[label]
+        if "error" in r:
+            print(f"{label:<34} failed: {r['error'].strip().splitlines()[-1][:90]}")
+            continue
+        ok = r["samples"] == SHARDS * PER_SHARD and r["id_sum"] in (expected, 0)
+        data = sizes[prefix] / 1e6
+        fetched = f"{r['bytes'] / 1e6:.0f} ({r['bytes'] / 1e6 / data:.2f}x)"
+        flags = "" if ok else f"  WRONG: {r['samples']} samples"
+        flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
+        print(f"{label:<34} {r['first_s']:>6.2f}s {r['samples'] / r['wall_s']:>10,.0f} "
+              f"{r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15} "
+              f"{_ratio(r['wall_s'], zephon)} {_ratio(r['wall_s'], litdata)}{flags}")  # fmt: skip
+
+
+def _ratio(wall: float, reference: float | None) -> str:
+    return f"{wall / reference:>8.2f}x" if reference else f"{'-':>9}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-ms", type=int, nargs="*", default=[0, 30])
+    parser.add_argument("--workers", type=int, nargs="*", default=[0, 2])
+    parser.add_argument("--only", nargs="*", default=None, help="labels' first words to run")
+    args = parser.parse_args()
+    rows = [r for r in ROWS if args.only is None or any(r[0].startswith(o) for o in args.only)]
+    work = Path(tempfile.mkdtemp(prefix="zephon-peers-"))
+    try:
+        with MotoServer() as endpoint:
+            sizes = prepare(endpoint, work)
+            expected = SHARDS * PER_SHARD * (SHARDS * PER_SHARD - 1) // 2
+            print(f"# {SHARDS * PER_SHARD:,} documents; MB per format: "
+                  + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in sizes.items()))  # fmt: skip
+            for latency in args.latency_ms:
+                proxy = ProxyProcess(endpoint.endpoint_url, latency / 1000)
+                proxy.start()
+                try:
+                    for workers in args.workers:
+                        runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in rows}
+                        for _ in range(args.rounds):  # rounds interleave the systems
+                            for row in rows:
+                                runs[row[0]].append(run_one(row, proxy, endpoint, workers, work))
+                        print(f"\n# +{latency} ms per request, "
+                              f"{'main process' if not workers else f'{workers} workers'}, "
+                              f"median of {args.rounds} by wall time")  # fmt: skip
+                        results = {label: median_run(v) for label, v in runs.items()}
+                        for r in ROWS:
+                            results.setdefault(r[0], {"error": "not run"})
+                        table(results, sizes, expected)
+                finally:
+                    proxy.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
