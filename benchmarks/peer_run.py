@@ -4,6 +4,7 @@ Runs inside the peer's own virtual environment, so it imports nothing but the st
 at the top (and the peer's library inside each function). Every reader measures the same
 things and prints one JSON line:
 
+- ``import_s``: importing the library and what it reads S3 with (torch's DataLoader too);
 - ``first_s``: from building the dataset object to the first sample (imports excluded);
 - ``wall_s``: the whole epoch, start-up included; ``samples``, and ``id_sum`` (every sample
   exactly once: the sum of their ids);
@@ -250,7 +251,7 @@ def disk_bytes(root: str) -> int:
 
 
 IMPORTS = {  # imported before the clock starts: start-up is the dataset's, not the import's
-    "zephon": ["zephon", "torch.utils.data"],
+    "zephon": ["zephon", "zephon.storage.s3", "torch.utils.data"],
     "litdata": ["litdata"],
     "mosaic": ["streaming"],
     "webdataset": ["webdataset", "torch.utils.data"],
@@ -264,8 +265,10 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
     os.environ["PEER_CACHE"] = cache
     if system == "mosaic":
         _without_torchvision()
+    began = time.perf_counter()
     for module in IMPORTS[system]:
         importlib.import_module(module)
+    imported = time.perf_counter() - began
     with TreeRSS() as rss:
         started = time.perf_counter()
         first = None
@@ -277,8 +280,9 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
             samples += n
             id_sum += s
         wall = time.perf_counter() - started
-    return {"first_s": first, "wall_s": wall, "samples": samples, "id_sum": id_sum,
-            "peak_rss_mb": rss.peak / 2**20, "disk_mb": disk_bytes(cache) / 2**20}  # fmt: skip
+    return {"import_s": imported, "first_s": first, "wall_s": wall, "samples": samples,
+            "id_sum": id_sum, "peak_rss_mb": rss.peak / 2**20,
+            "disk_mb": disk_bytes(cache) / 2**20}  # fmt: skip
 
 
 def main() -> None:

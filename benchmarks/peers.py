@@ -165,8 +165,9 @@ def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
 def table(results: dict[str, dict[str, Any]], sizes: dict[str, int], expected: int) -> None:
     zephon = results["Zephon, JSONL (no index)"].get("wall_s")
     litdata = results["LitData 0.2.76"].get("wall_s")
-    print(f"{'system':<34} {'first':>7} {'samples/s':>10} {'RSS MB':>7} {'disk MB':>8} "
-          f"{'requests':>8} {'MB fetched':>15} {'x Zephon':>9} {'x LitData':>9}")  # fmt: skip
+    print(f"{'system':<34} {'import':>7} {'first':>7} {'samples/s':>10} {'RSS MB':>7} "
+          f"{'disk MB':>8} {'requests':>8} {'MB fetched':>15} {'x Zephon':>9} "
+          f"{'x LitData':>9}")  # fmt: skip
     for label, _, _, prefix, _ in ROWS:
         r = results[label]
         if "error" in r:
@@ -177,7 +178,8 @@ def table(results: dict[str, dict[str, Any]], sizes: dict[str, int], expected: i
         fetched = f"{r['bytes'] / 1e6:.0f} ({r['bytes'] / 1e6 / data:.2f}x)"
         flags = "" if ok else f"  WRONG: {r['samples']} samples"
         flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
-        print(f"{label:<34} {r['first_s']:>6.2f}s {r['samples'] / r['wall_s']:>10,.0f} "
+        rate = r["samples"] / r["wall_s"]
+        print(f"{label:<34} {r['import_s']:>6.2f}s {r['first_s']:>6.2f}s {rate:>10,.0f} "
               f"{r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15} "
               f"{_ratio(r['wall_s'], zephon)} {_ratio(r['wall_s'], litdata)}{flags}")  # fmt: skip
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests import pipeline_fns as fns
-from tests.formatdata import write_jsonl, write_parquet
+from tests.formatdata import write_jsonl, write_parquet, write_webdataset
 from zephon import Dataset
 from zephon.errors import ConfigError, FormatError, WorkerCrashed, ZephonError
 from zephon.pipeline import Pipeline
@@ -236,6 +236,35 @@ async def _upload(base: str, options: dict[str, Any], src: Path) -> None:
     from tests.integration.test_datasets import _upload as upload
 
     await upload(base, options, src)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "webdataset"])
+async def test_a_scanned_dataset_is_fetched_once_in_its_first_epoch(
+    fmt: str, tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str
+) -> None:
+    writer = write_jsonl if fmt == "jsonl" else write_webdataset
+    expected = writer(tmp_path / "src", 6, 50)
+    options = s3_endpoint.storage_options()
+    base = f"s3://{s3_bucket}/{fmt}/"
+    await _upload(base, options, tmp_path / "src")
+    size = sum(p.stat().st_size for p in (tmp_path / "src").iterdir())
+    ds = await Dataset.afrom_path("d", base, storage_options=options, index_cache=False)
+    assert ds.discovery_stats.bytes_read == size  # every shard scanned once
+    ws = StaticMixtureWorkSource([ds], seed=1, chunk_size=32, stop_after_passes=1)
+    pipe = Pipeline(ws, lanes=2)
+    got = [s async for s in pipe]
+    assert len(got) == len(expected)
+    fetch = pipe.stats()["fetch"]
+    assert fetch["bytes"] < 0.05 * size  # the scan's bytes served the epoch
+    assert fetch["scan_reused_bytes"] > 0.9 * size
+    again = Pipeline(ws, lanes=2)  # the scan was handed over once: a second run fetches
+    assert len([s async for s in again]) == len(expected)
+    assert again.stats()["fetch"]["bytes"] > 0.9 * size
+    none = await Dataset.afrom_path("d", base, storage_options=options, index_cache=False,
+                                    keep_scan_bytes=0)  # fmt: skip
+    plain = Pipeline(StaticMixtureWorkSource([none], seed=1, chunk_size=32, stop_after_passes=1))
+    assert len([s async for s in plain]) == len(expected)
+    assert plain.stats()["fetch"]["scan_reused_bytes"] == 0
 
 
 @pytest.mark.parametrize("server", ["s3", "gcs"])

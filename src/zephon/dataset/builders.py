@@ -16,6 +16,7 @@ from zephon.formats.compression import StreamDecompressor, stream_kind
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.refs import ObjectInfo
 from zephon.storage import ManagedStorage
+from zephon.storage.keep import ScanKeep
 
 __all__ = ["SCAN_CHUNK_BYTES", "build_jsonl", "build_parquet", "build_records", "build_tar"]
 
@@ -24,39 +25,44 @@ _SCAN_WINDOW = 4  # chunks in flight per scanned shard: ~16 MiB ahead, enough to
 
 
 async def scan_object(
-    storage: ManagedStorage, info: ObjectInfo, feed: Callable[[bytes], None]
-) -> None:
-    """Read ``info`` start to end in chunks, several in flight, feeding them in order."""
+    storage: ManagedStorage, info: ObjectInfo, feed: Callable[[bytes], None],
+    keep: ScanKeep | None = None,
+) -> None:  # fmt: skip
+    """Read ``info`` start to end in chunks, several in flight, feeding them in order (and
+    handing them to ``keep``, for the first epoch to read from memory)."""
     starts = iter(range(0, info.size_bytes, SCAN_CHUNK_BYTES))
 
-    def read(start: int) -> asyncio.Task[bytes]:
+    def read(start: int) -> tuple[int, asyncio.Task[bytes]]:
         stop = min(start + SCAN_CHUNK_BYTES, info.size_bytes)
-        return tg.create_task(storage.read(info.uri, start, stop, version=info.version))
+        return start, tg.create_task(storage.read(info.uri, start, stop, version=info.version))
 
     try:
         async with asyncio.TaskGroup() as tg:
-            pending: deque[asyncio.Task[bytes]] = deque()
+            pending: deque[tuple[int, asyncio.Task[bytes]]] = deque()
             for start in starts:
                 pending.append(read(start))
                 if len(pending) == _SCAN_WINDOW:
                     break
             while pending:
-                data = await pending.popleft()
+                at, task = pending.popleft()
+                data = await task
                 following = next(starts, None)
                 if following is not None:
                     pending.append(read(following))
                 feed(data)
+                if keep is not None:
+                    keep.keep(info.uri, info.version, at, data)
     except BaseExceptionGroup as group:  # the one failure that stopped the scan, never a group
         raise first_error(group) from None
 
 
 async def build_jsonl(
-    storage: ManagedStorage, info: ObjectInfo, dataset: str
+    storage: ManagedStorage, info: ObjectInfo, dataset: str, keep: ScanKeep | None = None
 ) -> RecordIndex | StreamIndex:
     indexer = jsonl.LineIndexer()
     kind = stream_kind(info.uri)
     if kind is None:
-        await scan_object(storage, info, indexer.feed)
+        await scan_object(storage, info, indexer.feed, keep)
         return RecordIndex(indexer.finish())
     decompress = StreamDecompressor(kind)
 
@@ -64,7 +70,7 @@ async def build_jsonl(
         indexer.feed(decompress.feed(data))
 
     try:
-        await scan_object(storage, info, feed)
+        await scan_object(storage, info, feed, keep)
         decompress.finish()
     except ValueError as exc:
         raise FormatError(str(exc), dataset=dataset, uri=info.uri) from None
@@ -90,10 +96,12 @@ async def build_parquet(
         raise FormatError(str(exc), dataset=dataset, uri=info.uri) from None
 
 
-async def build_tar(storage: ManagedStorage, info: ObjectInfo, dataset: str) -> RecordIndex:
+async def build_tar(
+    storage: ManagedStorage, info: ObjectInfo, dataset: str, keep: ScanKeep | None = None
+) -> RecordIndex:
     indexer = webdataset.TarIndexer()
     try:
-        await scan_object(storage, info, indexer.feed)
+        await scan_object(storage, info, indexer.feed, keep)
         indexer.finish()
     except ValueError as exc:
         raise FormatError(f"corrupt tar: {exc}", dataset=dataset, uri=info.uri) from None

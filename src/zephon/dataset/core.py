@@ -37,6 +37,7 @@ from zephon.storage import (
     StorageLimits,
     open_storage,
 )
+from zephon.storage.keep import ScanKeep
 
 T = TypeVar("T")
 
@@ -85,8 +86,21 @@ class Dataset:
         self.discovery_stats: DiscoveryStats = found.stats
         self.columns = list(columns) if columns is not None else None
         self._storage_options = dict(storage_options or {})
+        self._scan_keep = found.keep
         if hasattr(self.codec, "bind_storage"):  # codecs that read shards themselves
             self.codec.bind_storage(self._storage_options)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_scan_keep"] = None  # scanned bytes stay in the process that scanned them
+        return state
+
+    def take_scan_keep(self) -> ScanKeep | None:
+        """The bytes discovery's scan read (JSONL, tar without an index), handed over once:
+        the first pipeline to read this dataset serves them from memory instead of fetching
+        them again, and lets them go as it reads them."""
+        keep, self._scan_keep = self._scan_keep, None
+        return keep
 
     def __repr__(self) -> str:
         return (
@@ -139,6 +153,7 @@ class Dataset:
         limits: StorageLimits | None = None,
         cache_dir: str | Path | None = None,
         cache_limit_bytes: int = 64 << 30,
+        keep_scan_bytes: int = 256 << 20,
     ) -> Dataset:
         """Discover the dataset at ``path`` (see :meth:`from_path`) from async code."""
         if not name:
@@ -167,6 +182,7 @@ class Dataset:
                 allow_pickle=allow_pickle,
                 cache=cache,
                 index_uri=index,
+                keep_scan_bytes=keep_scan_bytes,
             )
         return cls(name, found, storage_options, columns, disk)
 
@@ -185,8 +201,9 @@ class Dataset:
         limits: StorageLimits | None = None,
         cache_dir: str | Path | None = None,
         cache_limit_bytes: int = 64 << 30,
+        keep_scan_bytes: int = 256 << 20,
     ) -> Dataset:
-        """Discover the dataset at ``path``.
+        """Discover the dataset at ``path``. (Long because every argument is documented here.)
 
         Args:
             name: the dataset's name in mixtures, checkpoints and errors.
@@ -205,6 +222,13 @@ class Dataset:
                 shared safely by the node's processes (see :class:`~zephon.storage.DiskCache`;
                 a pipeline's ``cache_dir`` overrides it).
             cache_limit_bytes: the disk cache's size limit.
+            keep_scan_bytes: formats with no random-access metadata (plain JSONL, tar) are
+                discovered by reading every shard once, unless a persistent index or the
+                index cache already knows them. From remote stores, up to this many of the
+                bytes read are kept in memory for the first pipeline over the dataset, which
+                serves its reads from them instead of fetching them again (the very version
+                discovered), counts them in its fetch budget (up to half of it) and lets
+                them go as it reads them. ``0`` keeps none.
 
         Raises:
             NotFound, AccessDenied: the path, bucket or a shard.
@@ -227,6 +251,7 @@ class Dataset:
                 limits=limits,
                 cache_dir=cache_dir,
                 cache_limit_bytes=cache_limit_bytes,
+                keep_scan_bytes=keep_scan_bytes,
             )
         )
 

@@ -41,6 +41,7 @@ from zephon.formats.project import ProjectedCodec
 from zephon.formats.webdataset import WebDatasetCodec
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage
+from zephon.storage.keep import ScanKeep
 from zephon.storage.uri import scheme_of
 
 __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
@@ -73,6 +74,7 @@ class Discovered:
     codec: Any
     format_meta: dict[str, Any]
     stats: DiscoveryStats = field(default_factory=DiscoveryStats)
+    keep: ScanKeep | None = None  # what scans read, for the first epoch
 
 
 @dataclass
@@ -85,6 +87,7 @@ class _Context:
     stats: DiscoveryStats
     persistent: PersistentIndex | None = None
     root: str = ""
+    keep: ScanKeep | None = None
     by_uri: dict[str, Any] = field(default_factory=dict)
 
 
@@ -142,9 +145,9 @@ async def _simple_format(
         raise FormatError(f"no {fmt} shards found", dataset=ctx.name, uri=ctx.root)
     st = ctx.storage
     builders: dict[str, Callable[[ObjectInfo], Awaitable[AnyIndex]]] = {
-        "jsonl": lambda i: build_jsonl(st, i, ctx.name),
+        "jsonl": lambda i: build_jsonl(st, i, ctx.name, ctx.keep),
         "parquet": lambda i: build_parquet(st, i, ctx.name, None),
-        "webdataset": lambda i: build_tar(st, i, ctx.name),
+        "webdataset": lambda i: build_tar(st, i, ctx.name, ctx.keep),
         "vortex": lambda i: vortex_index(st, i, ctx.name, ctx.columns),
     }
     build = builders[fmt]
@@ -302,6 +305,7 @@ async def discover(
     allow_pickle: bool,
     cache: IndexCache | None,
     index_uri: str | None = None,
+    keep_scan_bytes: int = 0,
 ) -> Discovered:
     """Find a dataset's shards and build every shard index (see the module docstring).
     Long because it is the one place where the discovery paths (persistent index, listing,
@@ -317,6 +321,8 @@ async def discover(
         objects, root = where.objects, where.root
         stats.listed = len(objects) if where.listed else 0
         ctx.root = root
+        if keep_scan_bytes > 0 and scheme_of(root) not in ("file", "memory"):  # not local: worth
+            ctx.keep = ScanKeep(keep_scan_bytes)  # keeping what a scan fetched
         index_json: ObjectInfo | None = None
         persistent_info: ObjectInfo | None = None
         for o in objects if where.listed else ():
@@ -368,4 +374,5 @@ async def discover(
     stats.requests = storage.stats.requests - before[0]
     stats.bytes_read = storage.stats.bytes_read - before[1]
     stats.seconds = time.perf_counter() - started
-    return Discovered(fmt, root, shards, indexes, codec, meta, stats)
+    keep = ctx.keep if ctx.keep is not None and ctx.keep.held else None
+    return Discovered(fmt, root, shards, indexes, codec, meta, stats, keep)

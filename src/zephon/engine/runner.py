@@ -84,7 +84,8 @@ async def ordered(
     Closes ``out`` when done. Its tasks live in ``tg``, so a failure cancels them all.
     ``size`` says what an input or output counts for in ``stats`` (default 1: blocks and
     request groups count their items with ``len``). ``ramp``: a slow start, see
-    :class:`SlowStart`."""
+    :class:`SlowStart`. Long because its three coroutines share the channel, the gate and the
+    stats; apart, they would pass all three around."""
     pending: Channel[asyncio.Task[B]] = Channel(concurrency)
     gate = SlowStart(ramp, concurrency) if ramp is not None and ramp < concurrency else None
 

@@ -49,11 +49,12 @@ Decoded = tuple[Fetched, list[Any], list[tuple[int, str]]]  # a read, its sample
 
 @dataclass
 class Resources:
-    """What a run's stages share: storage clients, the fetch byte budget, the range cache,
-    the worker pool, the skip ledger and the stage counters."""
+    """What a run's stages share: storage clients, the fetch byte budget (a share per lane:
+    the merge takes lanes in turn, so a lane holding the whole budget would starve the one
+    it waits for), the range cache, the worker pool, the skip ledger and the stage counters."""
 
     storages: list[ManagedStorage]
-    budget: CapacityGate
+    budgets: dict[int, CapacityGate]
     range_cache: RangeCache | None
     pool: WorkerPool | None
     ledger: SkipLedger
@@ -111,12 +112,14 @@ def _segment(
         lane, lanes, resume=resume["state"] if resume is not None else None,
         history=history, until=until,
     )  # fmt: skip
-    fetched = _fetch(tg, spec, res, tag, requests)
+    budget = res.budgets[int(tag.split("<")[0])]  # the share of the lane this feeds
+    fetched = _fetch(tg, spec, res, tag, requests, budget)
     decoded = _decode(tg, spec, res, tag, fetched)
     current = block_channel(LANE_CHANNEL, spec)
     name = f"assemble[{tag}]"
     stats = res.stats(name)
-    tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats)))
+    tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
+                                                budget)))  # fmt: skip
     mark: Mark | None = resume["mark"] if resume is not None else None
     return _steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark)
 
@@ -195,7 +198,7 @@ def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
 
 def _fetch(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
-    requests: AsyncIterator[RangeRequest],
+    requests: AsyncIterator[RangeRequest], budget: CapacityGate,
 ) -> Channel[list[Fetched]]:  # fmt: skip
     """Neighbouring requests grouped into storage reads, up to ``max_inflight_requests`` in
     flight, each holding its bytes in the budget until its samples leave decode."""
@@ -204,11 +207,11 @@ def _fetch(
         # One reservation for the group's storage read (admitted alone if it exceeds the
         # budget); each request releases its share once decoded.
         reserved = group_reservations(group)
-        await res.budget.acquire(sum(reserved))
+        await budget.acquire(sum(reserved))
         try:
             return await read_group(res.storages, group, reserved, res.range_cache)
         except BaseException:
-            res.budget.release(sum(reserved))
+            budget.release(sum(reserved))
             raise
 
     source = spec.source
@@ -278,7 +281,7 @@ async def _decode_local(
 
 async def _assemble(
     spec: PipelineSpec, res: Resources, lane: int, decoded: Channel[Decoded],
-    out: Channel[Block], stats: StageStats,
+    out: Channel[Block], stats: StageStats, budget: CapacityGate,
 ) -> None:  # fmt: skip
     """Reads' samples back into chunk slot order (or completion order), as blocks; releases
     each read's bytes from the budget and records samples skipped under ``on_error="skip"``."""
@@ -312,7 +315,7 @@ async def _assemble(
                 f, items, failed = await timed_receive(decoded, stats)
             except StopAsyncIteration:
                 break
-            res.budget.release(f.reserved)
+            budget.release(f.reserved)
             r = f.request
             stats.items_in += 1
             for pos, message in failed:

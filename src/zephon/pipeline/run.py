@@ -82,12 +82,22 @@ class Run:
         self.res = res = Resources(
             storages=[d.open_storage(limits=spec.limits, retry=spec.retry, cache=cache)
                       for d in spec.source.datasets],
-            budget=CapacityGate(spec.fetch_budget_bytes),
+            budgets={},
             range_cache=RangeCache(spec.range_cache_bytes) if spec.range_cache_bytes else None,
             pool=WorkerPool(size) if size else None,
             ledger=SkipLedger(spec.max_skipped),
             remote={executor: RayPool(executor) for executor in spec.remote_executors()},
         )  # fmt: skip
+        # Scanned bytes kept for the first epoch (up to half the budget) count in the fetch
+        # budget; the rest is shared out between this rank's lanes.
+        kept = 0
+        for storage, dataset in zip(res.storages, spec.source.datasets, strict=True):
+            keep = storage.keep = dataset.take_scan_keep()
+            if keep is not None:
+                keep.trim(spec.fetch_budget_bytes // 2 - kept)
+                kept += keep.held
+        share = max(1, (spec.fetch_budget_bytes - kept) // max(1, len(spec.my_lanes)))
+        res.budgets.update((lane, CapacityGate(share)) for lane in spec.my_lanes)
         for remote in res.remote.values():
             remote.prestart()
         try:
@@ -142,6 +152,7 @@ class Run:
         cache = res.range_cache if res is not None else None
         fetch["cache_hits"] = cache.hits if cache is not None else 0
         fetch["cache_saved_bytes"] = cache.saved_bytes if cache is not None else 0
+        fetch["scan_reused_bytes"] = sum(s.keep.served_bytes for s in self.storages if s.keep)
         disk = self.storages[0].cache if self.storages else None
         if disk is not None:  # one DiskCache shared by the run's storages
             fetch["disk_cache"] = {"hits": disk.stats.hits, "misses": disk.stats.misses,

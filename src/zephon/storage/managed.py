@@ -21,6 +21,7 @@ from zephon.refs import ObjectInfo
 from zephon.storage.base import Backend
 from zephon.storage.diskcache import DiskCache
 from zephon.storage.gate import AdaptiveConcurrency, CapacityGate
+from zephon.storage.keep import ScanKeep
 from zephon.storage.policy import RetryPolicy, StorageLimits
 from zephon.storage.stats import StorageStats
 
@@ -64,6 +65,7 @@ class ManagedStorage:
             self.limits.max_requests, min(self.limits.min_requests, self.limits.max_requests)
         )
         self.budget = CapacityGate(self.limits.max_inflight_bytes)
+        self.keep: ScanKeep | None = None  # a discovery scan's bytes, served before fetching
 
     def __repr__(self) -> str:
         return f"ManagedStorage({self.backend!r}, limits={self.limits!r})"
@@ -75,7 +77,9 @@ class ManagedStorage:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the backend's connections."""
+        """Close the backend's connections (and let go of kept scan bytes)."""
+        if self.keep is not None:
+            self.keep.clear()
         await self.backend.aclose()
 
     @property
@@ -107,6 +111,10 @@ class ManagedStorage:
             version = version or info.version
         if stop <= start:
             return b""
+        if self.keep is not None and version is not None:
+            kept = self.keep.take(uri, version, start, stop)
+            if kept is not None:
+                return kept
         cache = self.cache if version is not None else None
         if cache is not None:
             assert version is not None

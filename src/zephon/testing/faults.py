@@ -134,10 +134,7 @@ class FaultProxy:
                     resp.headers.add(key, value)
             declared = upstream.headers.get("Content-Length")
             if not truncate and declared is not None:  # stream: latency, not buffering
-                try:
-                    return await _stream(request, resp, upstream, int(declared), self.served)
-                except ConnectionError:  # the client went away (a reader that stopped early)
-                    return resp
+                return await _stream(request, resp, upstream, int(declared), self.served)
             body = await upstream.read()
             length = int(declared) if declared is not None else len(body)
             if truncate and len(body) > 1:
@@ -165,13 +162,17 @@ async def _stream(
     request: web.Request, resp: web.StreamResponse, upstream: aiohttp.ClientResponse, size: int,
     served: Counter[str],
 ) -> web.StreamResponse:  # fmt: skip
-    """Send ``upstream``'s body on as it arrives."""
+    """Send ``upstream``'s body on as it arrives (until the client goes away: a reader that
+    stopped early)."""
     resp.content_length = size
-    await resp.prepare(request)
-    if request.method != "HEAD":
-        async for piece in upstream.content.iter_chunked(1 << 16):
-            served["bytes"] += len(piece)
-            await resp.write(piece)
+    try:
+        await resp.prepare(request)
+        if request.method != "HEAD":
+            async for piece in upstream.content.iter_chunked(1 << 16):
+                served["bytes"] += len(piece)
+                await resp.write(piece)
+    except ConnectionError:
+        return resp
     await resp.write_eof()
     return resp
 

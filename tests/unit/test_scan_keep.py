@@ -1,0 +1,45 @@
+"""ScanKeep: a discovery scan's bytes serve the first reads, then drain."""
+
+from __future__ import annotations
+
+from zephon.storage.keep import ScanKeep
+
+DATA = bytes(range(256)) * 400  # 102,400 bytes, scanned in 4 chunks
+
+
+def scanned(capacity: int = 1 << 20, chunk: int = 30_000) -> ScanKeep:
+    keep = ScanKeep(capacity)
+    for at in range(0, len(DATA), chunk):
+        keep.keep("s3://b/a", "v1", at, DATA[at : at + chunk])
+    return keep
+
+
+def test_reads_inside_and_across_chunks_come_from_the_scan() -> None:
+    keep = scanned()
+    assert keep.take("s3://b/a", "v1", 10, 500) == DATA[10:500]
+    assert keep.take("s3://b/a", "v1", 29_000, 61_000) == DATA[29_000:61_000]  # spans three
+    assert keep.take("s3://b/a", "v2", 10, 500) is None  # another version: not ours
+    assert keep.take("s3://b/other", "v1", 10, 500) is None
+    assert keep.served_bytes == 490 + 32_000
+
+
+def test_chunks_are_let_go_once_read_and_capacity_bounds_what_is_kept() -> None:
+    keep = scanned()
+    assert keep.held == len(DATA)
+    for at in range(0, len(DATA), 1000):  # an epoch reading every byte once
+        assert keep.take("s3://b/a", "v1", at, min(at + 1000, len(DATA))) == DATA[at : at + 1000]
+    assert keep.held == 0
+    assert keep.take("s3://b/a", "v1", 0, 10) is None  # gone: the caller fetches it
+    small = scanned(capacity=70_000)  # room for two of the four chunks
+    assert small.held == 60_000
+    assert small.take("s3://b/a", "v1", 59_000, 61_000) is None  # runs past what was kept
+    small.clear()
+    assert small.held == 0 and small.take("s3://b/a", "v1", 0, 10) is None
+
+
+def test_trim_keeps_each_objects_first_chunks_within_the_capacity() -> None:
+    keep = scanned()
+    keep.trim(65_000)
+    assert keep.held == 60_000  # two whole chunks; a chunk is never cut
+    assert keep.take("s3://b/a", "v1", 0, 60_000) == DATA[:60_000]
+    assert keep.take("s3://b/a", "v1", 60_000, 60_010) is None
