@@ -100,7 +100,11 @@ async def apply_block(
             results.append(bool(value) if kind == "filter" else value)
     else:
         worker = map_batch if kind == "map" else filter_batch
-        results = worker(fn, block.items, block.provenance())
+        args = (fn, block.items, block.provenance())
+        if executor is None:
+            results = worker(*args)
+        else:  # off the loop: fetching and delivery go on meanwhile
+            results = await asyncio.get_running_loop().run_in_executor(executor, worker, *args)
     if kind == "map":
         keep = [r is not None for r in results]  # a map returning None drops the sample
         items = [r for r in results if r is not None]

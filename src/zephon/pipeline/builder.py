@@ -8,10 +8,11 @@ consumer received (:mod:`zephon.pipeline.state`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
 from functools import partial
 from typing import Any
 
@@ -21,6 +22,7 @@ from zephon.ops.block import Block
 from zephon.pipeline import state
 from zephon.pipeline.bridge import SyncBridge
 from zephon.pipeline.placement import placement
+from zephon.pipeline.process import ProcessEngine, aiterate
 from zephon.pipeline.progress import ProgressBar
 from zephon.pipeline.run import Run
 from zephon.pipeline.spec import PipelineSpec, Step, default_rank
@@ -59,6 +61,11 @@ class Pipeline(TextSteps):
         provenance: add ``sample["_provenance"] = {"dataset", "shard", "sample"}`` (dataset
             name, shard URI, sample index in the shard) to every dict sample, for user ops and
             batches (collated into a list per batch).
+        engine: ``"thread"`` runs the event loop on a thread of this process (``for``) or
+            in the caller's loop (``async for``); ``"process"`` runs the whole pipeline in a
+            child process and passes finished items back, numeric arrays through shared
+            memory, so a training step that holds the GIL and the loader never slow each
+            other (:mod:`zephon.pipeline.process`; functions must pickle).
 
     Raises:
         ConfigError: invalid arguments.
@@ -84,6 +91,7 @@ class Pipeline(TextSteps):
         cache_dir: str | None = None,
         cache_limit_bytes: int = 64 << 30,
         provenance: bool = False,
+        engine: str = "thread",
     ) -> None:
         if rank is None or world_size is None:
             env_rank, env_world = default_rank()
@@ -96,7 +104,7 @@ class Pipeline(TextSteps):
             limits=limits, retry=retry, decode_processes=decode_processes,
             prefetch_blocks=prefetch, range_cache_bytes=range_cache_bytes,
             cache_dir=None if cache_dir is None else str(cache_dir),
-            cache_limit_bytes=cache_limit_bytes, provenance=provenance,
+            cache_limit_bytes=cache_limit_bytes, provenance=provenance, engine=engine,
         )  # fmt: skip
         self._init(spec)
 
@@ -116,6 +124,8 @@ class Pipeline(TextSteps):
         self._received = state.Received()
         self._last: Run | None = None
         self._runs: weakref.WeakSet[Run] = weakref.WeakSet()
+        self._child: ProcessEngine | None = None  # the current run, with engine="process"
+        self._child_state: dict[str, Any] | None = None  # its last item's checkpoint
 
     # -- building ---------------------------------------------------------------------
 
@@ -261,6 +271,8 @@ class Pipeline(TextSteps):
 
     def stats(self) -> dict[str, Any]:
         """Counters of the current (or last) run: per stage, fetch, consumer, skipped."""
+        if self._child is not None:
+            return self._child.stats()
         return self._last.stats() if self._last is not None else {}
 
     # -- checkpoints ------------------------------------------------------------------
@@ -275,6 +287,8 @@ class Pipeline(TextSteps):
         A custom ``apply`` op is resumed exactly if it is stateless (each output depends only
         on the latest input) or implements ``state() -> dict`` (JSON) and ``restore(dict)``.
         """
+        if self._child_state is not None:  # what the child says this consumer has received
+            return copy.deepcopy(self._child_state)
         return state.checkpoint(self.spec, self._received, self._resume)
 
     @staticmethod
@@ -294,6 +308,7 @@ class Pipeline(TextSteps):
         """
         self._resume = state.restore(self.spec, checkpoint)
         self._received = self._resume.received()
+        self._child_state = None
 
     # -- running ----------------------------------------------------------------------
 
@@ -333,6 +348,10 @@ class Pipeline(TextSteps):
         return self._received.open(block, items)
 
     async def _aiter(self, progress: bool) -> AsyncIterator[Any]:
+        if self.spec.engine == "process":
+            async for item in aiterate(self._in_child(progress)):
+                yield item
+            return
         try:
             async with contextlib.aclosing(self._blocks(progress)) as blocks:
                 async for block in blocks:
@@ -354,7 +373,12 @@ class Pipeline(TextSteps):
     def iter(self, progress: bool = False) -> Iterator[Any]:
         """Iterate from synchronous code: the pipeline runs on a background event loop (uvloop
         when installed); blocks cross threads, items are yielded here. Breaking out or closing
-        the iterator stops the pipeline and releases every task, connection and worker."""
+        the iterator stops the pipeline and releases every task, connection and worker.
+        With ``engine="process"`` the pipeline runs in a child process instead
+        (:mod:`zephon.pipeline.process`)."""
+        if self.spec.engine == "process":
+            yield from self._in_child(progress)
+            return
         bridge = SyncBridge(self._blocks(progress))
         try:
             for block in bridge:
@@ -363,6 +387,21 @@ class Pipeline(TextSteps):
             raise exc.original from None
         finally:
             bridge.close()
+
+    def _in_child(self, progress: bool) -> Generator[Any, None, None]:
+        if not self._resume.lanes:
+            self._received = state.Received()  # a fresh start, as in-thread
+        self._child_state = None
+        convert = self.spec.convert
+        child = self._child = ProcessEngine(self, progress, self._set_child_state)
+        try:
+            for item in child:
+                yield item if convert is None else convert(item)
+        finally:
+            child.close()
+
+    def _set_child_state(self, checkpoint: dict[str, Any]) -> None:
+        self._child_state = checkpoint
 
     async def aclose(self) -> None:
         """Stop every running iteration of this pipeline."""
@@ -373,3 +412,5 @@ class Pipeline(TextSteps):
         """Stop every running iteration started from synchronous code."""
         for run in list(self._runs):
             run.stop_threadsafe()
+        if self._child is not None:
+            self._child.close()

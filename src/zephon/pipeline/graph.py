@@ -72,7 +72,7 @@ class Resources:
         return stats
 
     def encoder_thread(self) -> ThreadPoolExecutor:
-        """The run's thread for tokenizers that release the GIL (made on first use)."""
+        """The run's helper thread for in-process steps (made on first use)."""
         if self.encoder is None:
             self.encoder = ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
         return self.encoder
@@ -352,8 +352,9 @@ async def _in_process(
     res: Resources, step: Step, source: Channel[Block], out: Channel[Block],
     stats: StageStats, name: str,
 ) -> None:  # fmt: skip
-    """map / filter / tokenize in the event loop (a GIL-releasing tokenizer on its thread)."""
-    executor = res.encoder_thread() if step.kind == "tokenize" else None
+    """map / filter / tokenize a block at a time on the run's helper thread (async functions
+    in the loop): fetching and delivery go on meanwhile."""
+    executor = res.encoder_thread()
     with closing(out):
         async for block in _counted(source, stats):
             result = await apply_block(step.kind, step.fn, block, None, name, executor)

@@ -112,8 +112,11 @@ class PipelineSpec:
     provenance: bool = False
     steps: tuple[Step, ...] = ()
     convert: Callable[[Any], Any] | None = None
+    engine: str = "thread"
 
     def __post_init__(self) -> None:
+        if self.engine not in ("thread", "process"):
+            raise ConfigError(f"engine must be 'thread' or 'process', got {self.engine!r}")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ConfigError(
                 f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}"

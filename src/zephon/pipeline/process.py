@@ -1,0 +1,294 @@
+"""The child-process engine: the whole pipeline in a process of its own, batches back through
+shared memory.
+
+``Pipeline(..., engine="process")`` runs the event loop, every stage and every operator in a
+child process (started with ``spawn``: the pipeline and its functions must pickle). Only
+finished items cross to the trainer: each numeric numpy array of an item is written into one
+of a few shared-memory slots and copied out here with a single ``memcpy`` (never pickled); the
+rest of the item (strings, small values) travels pickled beside it, with the item's
+checkpoint. The trainer's interpreter lock is then spent on the training step alone: a consumer
+that holds the GIL no longer slows fetching and decoding, and theirs no longer slows it.
+
+The child sends, per item, the JSON checkpoint of "everything up to this item received", so
+``checkpoint()`` here is exact whatever the child has prepared ahead; ``stats()`` asks the
+child; an error raised there is raised here with its type, message and notes (and the child's
+traceback as a note). The child exits when its parent does (its control pipe closes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import multiprocessing as mp
+import pickle
+import threading
+import traceback
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import ConfigError, WorkerCrashed, ZephonError
+from zephon.pipeline.bridge import new_loop
+
+__all__ = ["ProcessEngine", "aiterate"]
+
+SLOTS = 4  # items prepared ahead of the consumer
+_ALIGN = 64
+_MIN_ARRAY = 256  # smaller arrays travel pickled: a slot write costs more than they do
+
+
+class _Array:
+    """Where an array of the item lies in its slot (a placeholder in the pickled rest)."""
+
+    __slots__ = ("dtype", "offset", "shape")
+
+    def __init__(self, offset: int, dtype: str, shape: tuple[int, ...]) -> None:
+        self.offset, self.dtype, self.shape = offset, dtype, shape
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Array, (self.offset, self.dtype, self.shape)
+
+
+def _split(item: Any, arrays: list[np.ndarray]) -> Any:
+    """``item`` with each large numeric array replaced by its placeholder (appended to
+    ``arrays``; offsets are set by :func:`_place`)."""
+    if isinstance(item, np.ndarray) and item.dtype.kind in "biufc" and item.nbytes >= _MIN_ARRAY:
+        arrays.append(np.ascontiguousarray(item))
+        return _Array(0, item.dtype.str, item.shape)
+    if isinstance(item, dict):
+        return {k: _split(v, arrays) for k, v in item.items()}
+    if isinstance(item, list):
+        return [_split(v, arrays) for v in item]
+    if isinstance(item, tuple) and type(item) is tuple:
+        return tuple(_split(v, arrays) for v in item)
+    return item
+
+
+def _join(item: Any, buf: memoryview) -> Any:
+    """The item back, each placeholder replaced by a copy of its array out of ``buf``."""
+    if isinstance(item, _Array):
+        count = int(np.prod(item.shape, dtype=np.int64))
+        view = np.frombuffer(buf, np.dtype(item.dtype), count, item.offset)
+        return view.reshape(item.shape).copy()
+    if isinstance(item, dict):
+        return {k: _join(v, buf) for k, v in item.items()}
+    if isinstance(item, list):
+        return [_join(v, buf) for v in item]
+    if isinstance(item, tuple) and type(item) is tuple:
+        return tuple(_join(v, buf) for v in item)
+    return item
+
+
+class _Slots:
+    """The child's shared-memory slots; one is free again when the parent has copied out of
+    it (``release`` is called from the control thread). A slot grows (a new segment) when an
+    item needs more room."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.segments: list[SharedMemory | None] = [None] * SLOTS
+        self.free = asyncio.Semaphore(SLOTS)
+        self.idle = list(range(SLOTS))
+
+    async def write(self, arrays: list[np.ndarray], rest: Any) -> tuple[int, str]:
+        await self.free.acquire()
+        slot = self.idle.pop()
+        need, at = 0, []
+        for a in arrays:
+            at.append(need)
+            need += -(-a.nbytes // _ALIGN) * _ALIGN
+        shm = self.segments[slot]
+        if shm is None or shm.size < need:
+            if shm is not None:
+                shm.close()
+                shm.unlink()
+            shm = self.segments[slot] = SharedMemory(create=True, size=max(need, 1 << 20))
+        for a, offset, holder in zip(arrays, at, _placeholders(rest), strict=True):
+            np.ndarray(a.shape, a.dtype, shm.buf, offset)[...] = a
+            holder.offset = offset
+        return slot, shm.name
+
+    def release(self, slot: int) -> None:
+        def free() -> None:
+            self.idle.append(slot)
+            self.free.release()
+
+        self.loop.call_soon_threadsafe(free)
+
+    def close(self) -> None:
+        for shm in self.segments:
+            if shm is not None:
+                shm.close()
+                with contextlib.suppress(FileNotFoundError):
+                    shm.unlink()
+
+
+def _placeholders(item: Any) -> list[_Array]:
+    """The placeholders of a split item, in the order :func:`_split` appended arrays."""
+    if isinstance(item, _Array):
+        return [item]
+    values = item.values() if isinstance(item, dict) else item
+    if isinstance(item, dict | list) or (isinstance(item, tuple) and type(item) is tuple):
+        return [h for v in values for h in _placeholders(v)]
+    return []
+
+
+def _child(blob: bytes, data: Connection, control: Connection, progress: bool) -> None:
+    """The child: run the pipeline on this thread's event loop (one thread: no handing the
+    interpreter lock back and forth), send each item with its checkpoint."""
+    pipe = pickle.loads(blob)
+    # Here it runs in-loop; the parent turns items into tensors (``convert``) itself.
+    pipe.spec = dataclasses.replace(pipe.spec, engine="thread", convert=None)
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_produce(pipe, data, control, progress))
+
+
+async def _produce(pipe: Any, data: Connection, control: Connection, progress: bool) -> None:
+    loop = asyncio.get_running_loop()
+    slots = _Slots(loop)
+    me = asyncio.current_task()
+    assert me is not None
+
+    def serve_control() -> None:  # frees slots, answers stats, stops on request or EOF
+        while True:
+            try:
+                kind, arg = control.recv()
+            except (EOFError, OSError):
+                kind, arg = "stop", None
+            if kind == "free":
+                slots.release(arg)
+            elif kind == "stats":
+                control.send(pipe.stats())
+            else:
+                loop.call_soon_threadsafe(me.cancel)
+                return
+
+    threading.Thread(target=serve_control, name="zephon-control", daemon=True).start()
+    try:
+        async with contextlib.aclosing(pipe.aiter(progress)) as items:
+            async for item in items:
+                arrays: list[np.ndarray] = []
+                rest = _split(item, arrays)
+                slot, name = await slots.write(arrays, rest) if arrays else (-1, "")
+                data.send_bytes(pickle.dumps(("item", slot, name, rest, pipe.checkpoint()), 5))
+        data.send_bytes(pickle.dumps(("end", pipe.checkpoint(), pipe.stats()), 5))
+    except asyncio.CancelledError:
+        pass
+    except BaseException as exc:
+        text = "".join(traceback.format_exception(exc))
+        try:
+            payload = pickle.dumps(("error", exc, text), 5)
+        except Exception:
+            payload = pickle.dumps(("error", None, text), 5)
+        with contextlib.suppress(OSError):
+            data.send_bytes(payload)
+    finally:
+        slots.close()
+
+
+class ProcessEngine:
+    """One run of a pipeline in a child process, iterated here (see the module docstring)."""
+
+    def __init__(self, pipeline: Any, progress: bool, on_item: Callable[[Any], None]) -> None:
+        try:
+            blob = pickle.dumps(pipeline, 5)
+        except Exception as exc:
+            raise ConfigError(
+                "engine='process' runs the pipeline in a spawned process, so the pipeline "
+                f"and its functions must pickle (top-level functions, no lambdas): {exc}"
+            ) from exc
+        ctx = mp.get_context("spawn")
+        self._data, child_data = ctx.Pipe(duplex=False)
+        self._control, child_control = ctx.Pipe()
+        self._proc = ctx.Process(target=_child, args=(blob, child_data, child_control, progress),
+                                 name="zephon-pipeline", daemon=True)  # fmt: skip
+        self._proc.start()
+        child_data.close()
+        child_control.close()
+        self._segments: dict[str, SharedMemory] = {}
+        self._on_item = on_item  # told each item's checkpoint
+        self.final_stats: dict[str, Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            try:
+                message = pickle.loads(self._data.recv_bytes())
+            except (EOFError, OSError):
+                self._proc.join(timeout=5)
+                raise WorkerCrashed(
+                    f"the pipeline's process died (exit code {self._proc.exitcode})"
+                ) from None
+            kind = message[0]
+            if kind == "item":
+                _, slot, name, rest, checkpoint = message
+                item = rest if slot < 0 else _join(rest, self._buffer(name))
+                if slot >= 0:
+                    self._control.send(("free", slot))
+                self._on_item(checkpoint)
+                yield item
+            elif kind == "end":
+                self._on_item(message[1])
+                self.final_stats = message[2]
+                return
+            else:
+                raise _rebuilt(message[1], message[2])
+
+    def _buffer(self, name: str) -> memoryview:
+        shm = self._segments.get(name)
+        if shm is None:
+            # The child owns it (a spawned child shares our resource tracker, which unlinks
+            # whatever the child leaves behind if it is killed).
+            shm = self._segments[name] = SharedMemory(name=name)
+        assert shm.buf is not None
+        return shm.buf
+
+    def stats(self) -> dict[str, Any]:
+        """The child's counters, asked now (the last ones once it has finished)."""
+        if self.final_stats is not None or not self._proc.is_alive():
+            return self.final_stats or {}
+        try:
+            self._control.send(("stats", None))
+            if self._control.poll(10):
+                stats: dict[str, Any] = self._control.recv()
+                return stats
+        except (EOFError, OSError):
+            pass
+        return self.final_stats or {}
+
+    def close(self) -> None:
+        """Stop the child and release the shared memory."""
+        with contextlib.suppress(OSError):
+            self._control.send(("stop", None))
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        for shm in self._segments.values():
+            shm.close()
+            with contextlib.suppress(FileNotFoundError):
+                shm.unlink()  # gone already unless the child could not clean up
+        self._segments.clear()
+        self._data.close()
+        self._control.close()
+
+
+async def aiterate(items: Generator[Any, None, None]) -> AsyncIterator[Any]:
+    """``items`` for ``async for``: each item waited for on a helper thread."""
+    end = object()
+    try:
+        while (item := await asyncio.to_thread(next, items, end)) is not end:
+            yield item
+    finally:
+        items.close()
+
+
+def _rebuilt(exc: BaseException | None, text: str) -> BaseException:
+    """The child's exception for raising here, its traceback as a note."""
+    if exc is None:
+        exc = ZephonError("the pipeline's process raised an exception that does not pickle")
+    exc.add_note(f"zephon: raised in the pipeline's process:\n{text.rstrip()}")
+    return exc

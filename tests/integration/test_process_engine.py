@@ -1,0 +1,104 @@
+"""engine="process": the pipeline in a child process behaves as in-thread (items, checkpoints,
+restore, stats, errors) and leaves nothing behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests import pipeline_fns as fns
+from tests.formatdata import write_jsonl
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.errors import ConfigError, WorkerCrashed
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    root = tmp_path_factory.mktemp("docs")
+    write_jsonl(root, shards=4, per_shard=60)
+    return Dataset.from_path("docs", str(root))
+
+
+def build(ds: Dataset, engine: str, fn: Any = fns.as_tokens) -> Pipeline:
+    ws = StaticMixtureWorkSource([ds], seed=5, chunk_size=32, stop_after_passes=1)
+    return (Pipeline(ws, rank=0, world_size=1, lanes=2, engine=engine).map(fn).shuffle(16)
+            .pack(16).batch(3))  # fmt: skip
+
+
+def rows(batches: list[Any]) -> list[list[list[int]]]:
+    return [b["input_ids"].tolist() for b in batches]
+
+
+def test_items_checkpoints_and_restore_match_the_thread_engine(docs: Dataset) -> None:
+    expected = list(build(docs, "thread"))
+    pipe = build(docs, "process")
+    it = iter(pipe)
+    head = [next(it) for _ in range(5)]
+    assert isinstance(head[0]["input_ids"], np.ndarray)  # arrays cross through shared memory
+    state = pipe.checkpoint()
+    stats = pipe.stats()
+    assert stats["delivered"] > 0 and "fetch" in stats  # asked of the child while it runs
+    tail = list(it)
+    assert rows(head + tail) == rows(expected)
+    # Its checkpoint is what this consumer received (not what the child prepared ahead), and
+    # it restores into either engine.
+    threaded = build(docs, "thread")
+    threaded.restore(state)
+    assert rows(list(threaded)) == rows(tail)
+    again = build(docs, "process")
+    again.restore(state)
+    assert rows(list(again)) == rows(tail)
+    assert again.checkpoint()["lane_states"] == threaded.checkpoint()["lane_states"]
+
+
+def test_torch_tensors_and_async_iteration(docs: Dataset) -> None:
+    torch = pytest.importorskip("torch")
+    expected = rows(list(build(docs, "thread")))
+    tensors = list(build(docs, "process").to_torch())
+    assert isinstance(tensors[0]["input_ids"], torch.Tensor)
+    assert [t["input_ids"].tolist() for t in tensors] == expected
+
+    async def collect() -> list[Any]:
+        return [b async for b in build(docs, "process")]
+
+    import asyncio
+
+    assert rows(asyncio.run(collect())) == expected
+
+
+def test_errors_keep_their_type_and_name_the_sample(docs: Dataset) -> None:
+    with pytest.raises(KeyError, match="no luck for 13") as info:
+        list(build(docs, "process", fns.fail_on_13))
+    notes = "".join(info.value.__notes__)
+    assert "fail_on_13" in notes and "sample" in notes
+    assert "raised in the pipeline's process" in notes
+
+
+def test_a_child_that_dies_is_worker_crashed(docs: Dataset) -> None:
+    with pytest.raises(WorkerCrashed, match="pipeline's process died"):
+        list(build(docs, "process", fns.die_on_7))
+
+
+def test_functions_must_pickle(docs: Dataset) -> None:
+    with pytest.raises(ConfigError, match="must pickle"):
+        iter(build(docs, "process", lambda s: s)).__next__()
+    with pytest.raises(ConfigError, match="engine must be"):
+        Pipeline(StaticMixtureWorkSource([docs]), engine="fork")
+
+
+def test_breaking_out_stops_the_child_and_frees_shared_memory(docs: Dataset) -> None:
+    before = set(os.listdir("/dev/shm")) if Path("/dev/shm").exists() else set()
+    pipe = build(docs, "process")
+    for n, _ in enumerate(pipe):
+        if n == 2:
+            break
+    assert multiprocessing.active_children() == []
+    if before or Path("/dev/shm").exists():
+        assert {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} <= before
