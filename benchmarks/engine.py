@@ -36,8 +36,8 @@ def word_stats(sample: dict[str, Any]) -> dict[str, Any]:
     for word in sample["text"].split():
         counts[word] = counts.get(word, 0) + 1
     lengths = sorted(len(w) for w in counts)
-    return {"id": sample["id"], "words": np.array([len(counts), sum(counts.values()),
-                                                   lengths[len(lengths) // 2]], np.int64)}  # fmt: skip
+    stats = [len(counts), sum(counts.values()), lengths[len(lengths) // 2]]
+    return {"id": sample["id"], "words": np.array(stats, np.int64)}
 
 
 def build(ds: Dataset, engine: str) -> Pipeline:
