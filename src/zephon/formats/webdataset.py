@@ -26,6 +26,43 @@ _FILE_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
 _NAME_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE}
 
 
+class _Header:
+    __slots__ = ("name", "size", "type")
+
+    def __init__(self, name: str, size: int, type: bytes) -> None:
+        self.name, self.size, self.type = name, size, type
+
+
+def _header(block: bytes) -> _Header | None:
+    """The name, size and type of a plain ustar or GNU header, about ten times faster than
+    ``tarfile``'s full parse (which dominated scanning a tar of small members); ``None`` for
+    anything else (base-256 sizes, a bad checksum), which ``tarfile`` then judges."""
+    magic = block[257:263]
+    if magic not in (b"ustar\x00", b"ustar "):
+        return None
+    size_field = block[124:136].rstrip(b"\x00 ")
+    checksum_field = block[148:156].rstrip(b"\x00 ")
+    try:
+        size = int(size_field or b"0", 8)
+        checksum = int(checksum_field, 8)
+    except ValueError:
+        return None
+    if checksum != sum(block[:148]) + 256 + sum(block[156:]):  # the field counts as spaces
+        return None
+    name = block[:100].split(b"\x00", 1)[0]
+    if magic == b"ustar\x00" and block[345] != 0:  # POSIX ustar: a prefix before the name
+        name = block[345:500].split(b"\x00", 1)[0] + b"/" + name
+    kind = block[156:157] or tarfile.REGTYPE
+    return _Header(name.decode("utf-8", "surrogateescape"), size, kind)
+
+
+def _full_header(block: bytes, header_at: int) -> Any:
+    try:
+        return tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+    except tarfile.HeaderError as exc:
+        raise ValueError(f"bad tar header at byte {header_at}: {exc}") from None
+
+
 def _padded(size: int) -> int:
     return (size + _BLOCK - 1) // _BLOCK * _BLOCK
 
@@ -104,10 +141,7 @@ class TarIndexer:
             if block == b"\0" * _BLOCK:
                 self.ended = True
                 break
-            try:
-                info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
-            except tarfile.HeaderError as exc:
-                raise ValueError(f"bad tar header at byte {header_at}: {exc}") from None
+            info = _header(block) or _full_header(block, header_at)
             at += _BLOCK
             if info.type in _NAME_TYPES:
                 self._entry_start = header_at if self._entry_start is None else self._entry_start
