@@ -140,14 +140,14 @@ def run_one(row: tuple[Any, ...], proxy: ProxyProcess, endpoint: Any, workers: i
     proxy.served(reset=True)
     try:
         out = subprocess.run([python, str(RUNNER), "read", system, url, str(cache), str(workers)],
-                             capture_output=True, text=True, env=env, timeout=600,
+                             capture_output=True, text=True, env=env, timeout=240,
                              cwd=str(work))  # fmt: skip
         if out.returncode == 0:
             result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
         else:
             result = {"error": out.stderr[-600:]}
     except subprocess.TimeoutExpired:
-        result = {"error": "timed out after 600 s"}
+        result = {"error": "timed out after 240 s"}
     result.update(proxy.served())
     shutil.rmtree(cache, ignore_errors=True)
     return result

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from zephon.testing import MotoServer
-from zephon.testing.faults import FaultProxy, Faults
+from zephon.testing.faults import ProxyProcess
 
 WORDS = ["data", "stream", "shard", "token", "batch", "range", "lane", "the", "of", "model"]
 
@@ -90,7 +90,8 @@ def main() -> None:
     args = parser.parse_args()
     server = MotoServer()
     endpoint = server.start()
-    proxy = FaultProxy(endpoint.endpoint_url, Faults(latency_s=0.03)).start()
+    proxy = ProxyProcess(endpoint.endpoint_url, 0.03)
+    proxy.start()
     try:
         tok = setup(endpoint)
         os.environ.update({"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": endpoint.key,
