@@ -73,8 +73,7 @@ class Resources:
 
     def encoder_thread(self) -> ThreadPoolExecutor:
         """The run's helper thread for in-process steps (made on first use)."""
-        if self.encoder is None:
-            self.encoder = ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
+        self.encoder = self.encoder or ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
         return self.encoder
 
 
@@ -352,8 +351,8 @@ async def _in_process(
     res: Resources, step: Step, source: Channel[Block], out: Channel[Block],
     stats: StageStats, name: str,
 ) -> None:  # fmt: skip
-    """map / filter / tokenize a block at a time on the run's helper thread (async functions
-    in the loop): fetching and delivery go on meanwhile."""
+    """map / filter / tokenize a block at a time on the run's helper thread (async ones in
+    the loop), so fetching and delivery go on meanwhile."""
     executor = res.encoder_thread()
     with closing(out):
         async for block in _counted(source, stats):

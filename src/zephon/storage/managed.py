@@ -111,20 +111,23 @@ class ManagedStorage:
             version = version or info.version
         if stop <= start:
             return b""
+        kept = None
         if self.keep is not None and version is not None:
             kept = self.keep.take(uri, version, start, stop)
-            if kept is not None:
-                return kept
         cache = self.cache if version is not None else None
-        if cache is not None:
+        if kept is not None and cache is None:
+            return kept
+        if cache is not None and kept is None:
             assert version is not None
             hit = await asyncio.to_thread(cache.get, uri, version, start, stop)
             if hit is not None:
                 return hit
         span = stop - start
-        need = min(span, self.limits.max_inflight_bytes)
-        async with self.budget.hold(need):
-            data = await self._retrying(uri, lambda: self._read_once(uri, start, stop, version))
+        if kept is not None:  # a discovery scan's bytes: into the disk cache for later epochs
+            data = kept
+        else:
+            async with self.budget.hold(min(span, self.limits.max_inflight_bytes)):
+                data = await self._retrying(uri, lambda: self._read_once(uri, start, stop, version))
         if cache is not None:
             assert version is not None
             end = start + len(data) if len(data) < span else None  # a short read ends the object
