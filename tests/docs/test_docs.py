@@ -31,10 +31,31 @@ def blocks(page: Path) -> list[str]:
     return [b for b in BLOCK.findall(page.read_text()) if not b.startswith("# before")]
 
 
+def _image_tar(shard: int, n: int = 16) -> bytes:
+    import io
+    import tarfile
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(shard)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for i in range(shard * n, (shard + 1) * n):
+            pixels = rng.integers(0, 255, (int(rng.integers(100, 300)), 240, 3), dtype=np.uint8)
+            jpeg = io.BytesIO()
+            Image.fromarray(pixels).save(jpeg, format="JPEG", quality=85)
+            for ext, data in (("jpg", jpeg.getvalue()), ("txt", f"photo {i}".encode())):
+                info = tarfile.TarInfo(f"{i:06d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with ``tokenizer.json``, and ``s3://bucket/`` holding web (JSONL), code
-    (Parquet), mds and litdata datasets."""
+    (Parquet), mds, litdata and images (WebDataset tars of JPEGs) datasets."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -60,6 +81,8 @@ def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -
         for f in (FIXTURES / name).iterdir():
             if f.name != "reference.json":
                 client.put_object(Bucket="bucket", Key=f"{prefix}/{f.name}", Body=f.read_bytes())
+    for s in range(2):  # images: WebDataset tars of JPEGs (varied sizes) with captions
+        client.put_object(Bucket="bucket", Key=f"images/pairs-{s}.tar", Body=_image_tar(s))
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     trainer = trainers.BpeTrainer(vocab_size=100, special_tokens=["[UNK]", "<s>", "</s>"])

@@ -15,7 +15,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 @pytest.mark.parametrize(
     ("script", "says"),
     [("pretrain_packed.py", "resumed exactly"), ("sft_chat.py", "resumed exactly"),
-     ("local_jsonl.py", "checkpoint is")],
+     ("local_jsonl.py", "checkpoint is"), ("image_text_pairs.py", "resumed exactly")],
 )  # fmt: skip
 def test_example_runs(script: str, says: str) -> None:
     pytest.importorskip("torch")

@@ -74,8 +74,10 @@ def test_torch_tensors_and_async_iteration(docs: Dataset) -> None:
 
 
 def test_errors_keep_their_type_and_name_the_sample(docs: Dataset) -> None:
+    ws = StaticMixtureWorkSource([docs], seed=5, stop_after_passes=1)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, engine="process").map(fns.fail_on_13)
     with pytest.raises(KeyError, match="no luck for 13") as info:
-        list(build(docs, "process", fns.fail_on_13))
+        list(pipe)
     notes = "".join(info.value.__notes__)
     assert "fail_on_13" in notes and "sample" in notes
     assert "raised in the pipeline's process" in notes

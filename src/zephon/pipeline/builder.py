@@ -21,6 +21,7 @@ from zephon.errors import ConfigError
 from zephon.ops.block import Block
 from zephon.pipeline import state
 from zephon.pipeline.bridge import SyncBridge
+from zephon.pipeline.images import ImageSteps
 from zephon.pipeline.placement import placement
 from zephon.pipeline.process import ProcessEngine, aiterate
 from zephon.pipeline.progress import ProgressBar
@@ -33,7 +34,7 @@ from zephon.storage import RetryPolicy, StorageLimits
 __all__ = ["Pipeline"]
 
 
-class Pipeline(TextSteps):
+class Pipeline(TextSteps, ImageSteps):
     """Fetches a work source's range requests and runs operators over the samples.
 
     Args:

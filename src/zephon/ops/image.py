@@ -1,0 +1,218 @@
+"""Image steps: decode, resize, crop, flip and channel order, one sample at a time.
+
+Each step is a picklable callable object (run by ``map``), so ``processes=N`` and
+``executor=`` run it in workers with output identical to in-process. Randomness is keyed by
+the sample (its ``__key__``, ``id`` or ``_provenance``, else its image bytes) and a seed, never
+by a shared generator: the same sample gets the same crop and flip in any process, at any
+worker count and after a restore (pass another ``seed`` per pass for fresh augmentation).
+
+Decoding: JPEG through libjpeg-turbo (``simplejpeg``) when installed, with DCT scaling when a
+``max_size`` says how small the image may be (draft mode: decoding 1/2, 1/4 or 1/8 of the
+pixels); everything else (PNG, WebP, GIF...) and JPEG without ``simplejpeg`` through Pillow.
+Images come out as uint8 ``HxWxC`` numpy arrays (``HxW`` for ``mode="L"``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import ConfigError, FormatError
+
+__all__ = ["CenterCrop", "DecodeImage", "Flip", "RandomResizedCrop", "Resize", "ToCHW"]
+
+_JPEG = b"\xff\xd8\xff"
+
+
+def _image_bytes(value: Any, field: str) -> bytes:
+    """Bytes of an encoded image: raw bytes, the HF ``{"bytes", "path"}`` layout, or base64."""
+    if isinstance(value, dict) and "bytes" in value:
+        value = value["bytes"]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise FormatError(f"field {field!r} is a string but not base64") from None
+    raise FormatError(f"field {field!r} holds {type(value).__name__}, not image bytes")
+
+
+def _decode(data: bytes, mode: str, backend: str, max_size: int | None) -> np.ndarray:
+    if data[:3] == _JPEG and backend in ("auto", "simplejpeg") and mode in ("RGB", "L"):
+        try:
+            import simplejpeg
+        except ImportError:
+            if backend == "simplejpeg":
+                raise ConfigError("backend='simplejpeg' needs: pip install simplejpeg") from None
+        else:
+            kw = {"min_height": max_size, "min_width": max_size} if max_size else {}
+            colorspace = "RGB" if mode == "RGB" else "GRAY"
+            out: np.ndarray = simplejpeg.decode_jpeg(data, colorspace=colorspace, fastdct=False,
+                                                     fastupsample=False, **kw)  # fmt: skip
+            return out[:, :, 0] if mode == "L" else out
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError("decoding this image needs Pillow: pip install zephon[images]") from None
+    with Image.open(io.BytesIO(data)) as img:
+        if max_size and img.format == "JPEG":
+            img.draft(mode, (max_size, max_size))  # DCT scaling, never below max_size
+        return np.asarray(img.convert(mode))
+
+
+class DecodeImage:
+    """``sample[field]`` (encoded bytes) -> a uint8 array in ``sample[out or field]``."""
+
+    def __init__(self, field: str, mode: str = "RGB", backend: str = "auto",
+                 max_size: int | None = None, out: str | None = None) -> None:  # fmt: skip
+        if backend not in ("auto", "simplejpeg", "pillow"):
+            raise ConfigError(f"backend must be 'auto', 'simplejpeg' or 'pillow', got {backend!r}")
+        if mode not in ("RGB", "L", "RGBA"):
+            raise ConfigError(f"mode must be 'RGB', 'L' or 'RGBA', got {mode!r}")
+        self.field, self.mode, self.backend, self.max_size = field, mode, backend, max_size
+        self.out = out or field
+        self.__name__ = (f"decode_image(field={field!r}, mode={mode!r}, "
+                         f"max_size={max_size}, out={self.out!r})")  # fmt: skip
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        if self.field not in sample:
+            raise FormatError(f"no field {self.field!r} in the sample (fields: {sorted(sample)})")
+        data = _image_bytes(sample[self.field], self.field)
+        try:
+            image = _decode(data, self.mode, self.backend, self.max_size)
+        except (ConfigError, FormatError):
+            raise
+        except Exception as exc:  # each decoder has its own errors for a corrupt image
+            raise FormatError(f"corrupt image in field {self.field!r} "
+                              f"({type(exc).__name__}: {exc})") from None  # fmt: skip
+        return {**sample, self.out: image}
+
+
+def _rng(sample: dict[str, Any], image: np.ndarray, seed: int, salt: str) -> np.random.Generator:
+    """A generator keyed by the sample's identity, the seed and the step."""
+    h = hashlib.blake2b(f"{seed}\0{salt}\0".encode(), digest_size=16)
+    key = sample.get("__key__", sample.get("id", sample.get("_provenance")))
+    if key is not None:
+        h.update(repr(key).encode())
+    else:  # no identity: the image itself
+        h.update(repr(image.shape).encode())
+        h.update(np.ascontiguousarray(image).data)
+    return np.random.default_rng(int.from_bytes(h.digest(), "little"))
+
+
+def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    from PIL import Image
+
+    if image.shape[:2] == (height, width):
+        return image
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR))
+
+
+def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+class Resize:
+    """To ``size`` (``(height, width)``), or with the shorter side at ``size`` (an int)."""
+
+    def __init__(self, size: int | tuple[int, int], field: str) -> None:
+        self.size, self.field = size, field
+        self.__name__ = f"resize({size!r}, field={field!r})"
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        image = sample[self.field]
+        if isinstance(self.size, int):
+            h, w = image.shape[:2]
+            scale = self.size / min(h, w)
+            height, width = max(1, round(h * scale)), max(1, round(w * scale))
+        else:
+            height, width = _pair(self.size)
+        return {**sample, self.field: _resize(image, height, width)}
+
+
+class CenterCrop:
+    """The central ``size`` (``(height, width)`` or a square), padded with zeros if larger."""
+
+    def __init__(self, size: int | tuple[int, int], field: str) -> None:
+        self.size, self.field = _pair(size), field
+        self.__name__ = f"center_crop({size!r}, field={field!r})"
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        image = sample[self.field]
+        height, width = self.size
+        h, w = image.shape[:2]
+        if h < height or w < width:
+            pad = [(0, max(0, height - h)), (0, max(0, width - w))] + [(0, 0)] * (image.ndim - 2)
+            image = np.pad(image, pad)
+            h, w = image.shape[:2]
+        top, left = (h - height) // 2, (w - width) // 2
+        return {**sample, self.field: np.ascontiguousarray(image[top : top + height,
+                                                                 left : left + width])}  # fmt: skip
+
+
+class RandomResizedCrop:
+    """A crop of random area (``scale`` of the image) and aspect ratio (``ratio``), resized to
+    ``size``; the draw is keyed by the sample and ``seed`` (module docstring). After ten
+    draws that do not fit, the central crop of the nearest ratio, as torchvision does."""
+
+    def __init__(self, size: int | tuple[int, int], field: str, scale: tuple[float, float],
+                 ratio: tuple[float, float], seed: int) -> None:  # fmt: skip
+        self.size, self.field, self.seed = _pair(size), field, seed
+        self.scale, self.ratio = scale, ratio
+        self.__name__ = (f"random_resized_crop({size!r}, field={field!r}, scale={scale}, "
+                         f"ratio={ratio}, seed={seed})")  # fmt: skip
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        image = sample[self.field]
+        h, w = image.shape[:2]
+        rng = _rng(sample, image, self.seed, "random_resized_crop")
+        area = h * w
+        log_ratio = np.log(self.ratio)
+        for _ in range(10):
+            target = area * rng.uniform(*self.scale)
+            aspect = float(np.exp(rng.uniform(*log_ratio)))
+            cw, ch = round(np.sqrt(target * aspect)), round(np.sqrt(target / aspect))
+            if 0 < cw <= w and 0 < ch <= h:
+                top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+                break
+        else:
+            aspect = min(max(w / h, self.ratio[0]), self.ratio[1])
+            cw, ch = (w, round(w / aspect)) if w / h < aspect else (round(h * aspect), h)
+            cw, ch = min(cw, w), min(ch, h)
+            top, left = (h - ch) // 2, (w - cw) // 2
+        crop = image[top : top + ch, left : left + cw]
+        return {**sample, self.field: _resize(np.ascontiguousarray(crop), *self.size)}
+
+
+class Flip:
+    """A horizontal flip with probability ``p`` (keyed by the sample and ``seed``)."""
+
+    def __init__(self, field: str, p: float, seed: int) -> None:
+        self.field, self.p, self.seed = field, p, seed
+        self.__name__ = f"flip(field={field!r}, p={p}, seed={seed})"
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        image = sample[self.field]
+        if _rng(sample, image, self.seed, "flip").random() >= self.p:
+            return sample
+        return {**sample, self.field: np.ascontiguousarray(image[:, ::-1])}
+
+
+class ToCHW:
+    """``HxWxC`` -> ``CxHxW`` (contiguous), so ``batch()`` stacks ``NCHW``."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self.__name__ = f"to_chw(field={field!r})"
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        image = sample[self.field]
+        if image.ndim == 2:
+            return {**sample, self.field: image[None]}
+        return {**sample, self.field: np.ascontiguousarray(image.transpose(2, 0, 1))}

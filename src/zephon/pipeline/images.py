@@ -1,0 +1,74 @@
+"""The image steps of :class:`~zephon.pipeline.builder.Pipeline` (a mixin): decode_image,
+resize, center_crop, random_resized_crop, flip and to_chw, each a ``map`` of a picklable
+step from :mod:`zephon.ops.image`, so ``processes=`` and ``executor=`` apply as to any map."""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from zephon.ops import image
+from zephon.pipeline.placement import placement
+from zephon.pipeline.spec import Step
+
+__all__ = ["ImageSteps"]
+
+
+class ImageSteps:
+    """Steps from encoded images to fixed-size uint8 arrays; each returns a new pipeline."""
+
+    def _with(self, step: Step | None = None, **changes: Any) -> Self:
+        raise NotImplementedError
+
+    def _check_before_batch(self, what: str) -> None:
+        raise NotImplementedError
+
+    def _image_step(self, op: Any, processes: int, executor: Any) -> Self:
+        self._check_before_batch(op.__name__.split("(")[0])
+        inflight, remote = placement(processes, executor, op, "image step")
+        return self._with(Step("map", op, inflight, executor=remote))
+
+    def decode_image(
+        self, field: str = "jpg", mode: str = "RGB", *, backend: str = "auto",
+        max_size: int | None = None, out: str | None = None, processes: int = 0,
+        executor: Any = None,
+    ) -> Self:  # fmt: skip
+        """Decode ``sample[field]`` (bytes, the HF ``{"bytes", "path"}`` layout, or base64
+        text) into a uint8 ``HxWxC`` array (``HxW`` for ``mode="L"``) in ``sample[out or
+        field]``. JPEG goes through libjpeg-turbo (``simplejpeg``) when installed, other
+        formats through Pillow (``backend="pillow"`` forces it). ``max_size``: the image may
+        be decoded at 1/2, 1/4 or 1/8 scale while both sides stay at least this large (JPEG
+        draft mode: much less work when the target is small). A corrupt image raises
+        ``FormatError`` naming the sample."""
+        op = image.DecodeImage(field, mode, backend, max_size, out)
+        return self._image_step(op, processes, executor)
+
+    def resize(self, size: int | tuple[int, int], field: str = "jpg", *, processes: int = 0,
+               executor: Any = None) -> Self:  # fmt: skip
+        """Resize to ``(height, width)``, or the shorter side to ``size`` (bilinear)."""
+        return self._image_step(image.Resize(size, field), processes, executor)
+
+    def center_crop(self, size: int | tuple[int, int], field: str = "jpg", *,
+                    processes: int = 0, executor: Any = None) -> Self:  # fmt: skip
+        """The central ``size`` crop (zero-padded where the image is smaller)."""
+        return self._image_step(image.CenterCrop(size, field), processes, executor)
+
+    def random_resized_crop(
+        self, size: int | tuple[int, int], field: str = "jpg", *,
+        scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        seed: int = 0, processes: int = 0, executor: Any = None,
+    ) -> Self:  # fmt: skip
+        """A crop of random area and aspect ratio resized to ``size``, drawn from a generator
+        keyed by the sample (``__key__``, ``id`` or provenance) and ``seed``: identical in any
+        process and after a restore."""
+        op = image.RandomResizedCrop(size, field, scale, ratio, seed)
+        return self._image_step(op, processes, executor)
+
+    def flip(self, field: str = "jpg", p: float = 0.5, *, seed: int = 0, processes: int = 0,
+             executor: Any = None) -> Self:  # fmt: skip
+        """A horizontal flip with probability ``p``, keyed by the sample and ``seed``."""
+        return self._image_step(image.Flip(field, p, seed), processes, executor)
+
+    def to_chw(self, field: str = "jpg") -> Self:
+        """``HxWxC`` -> ``CxHxW``, so ``batch()`` stacks ``NCHW`` (it stacks ``NHWC``
+        without it); equal sizes are needed to stack: resize or crop first."""
+        return self._image_step(image.ToCHW(field), 0, None)

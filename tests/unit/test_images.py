@@ -1,0 +1,118 @@
+"""Image steps: decoding by either backend, draft mode, keyed augmentation, collation, errors;
+identical through worker processes."""
+
+from __future__ import annotations
+
+import base64
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.errors import FormatError
+from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def picture(seed: int, height: int = 120, width: int = 160) -> np.ndarray:
+    """Smooth gradients and a block: compresses like a photo, checks orientation."""
+    y, x = np.mgrid[0:height, 0:width]
+    img = np.stack([(x * 255 // width), (y * 255 // height), np.full_like(x, seed * 37 % 256)],
+                   axis=-1).astype(np.uint8)  # fmt: skip
+    img[10:30, 10:50] = (255, 0, 0)
+    return img
+
+
+def encode(img: np.ndarray, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("backend", ["simplejpeg", "pillow"])
+def test_jpeg_decodes_by_either_backend_to_the_same_pixels(backend: str) -> None:
+    if backend == "simplejpeg":
+        pytest.importorskip("simplejpeg")
+    img = picture(1)
+    data = encode(img, "JPEG")
+    got = DecodeImage("jpg", backend=backend)({"jpg": data})["jpg"]
+    reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert got.shape == (120, 160, 3) and got.dtype == np.uint8
+    assert np.abs(got.astype(int) - reference.astype(int)).mean() < 1.0
+    assert np.abs(got.astype(int) - img.astype(int)).mean() < 4.0  # lossy, but the picture
+    small = DecodeImage("jpg", backend=backend, max_size=50)({"jpg": data})["jpg"]
+    assert small.shape == (60, 80, 3)  # decoded at 1/2 scale: both sides stay >= 50
+
+
+def test_png_webp_base64_and_the_hf_layout() -> None:
+    img = picture(2)
+    for fmt in ("PNG", "WEBP"):
+        got = DecodeImage("img", backend="auto")({"img": encode(img, fmt)})["img"]
+        if fmt == "PNG":
+            assert np.array_equal(got, img)  # lossless
+        else:
+            assert got.shape == img.shape
+    text = base64.b64encode(encode(img, "PNG")).decode()
+    assert np.array_equal(DecodeImage("img")({"img": text})["img"], img)
+    hf = {"image": {"bytes": encode(img, "PNG"), "path": "a.png"}}
+    out = DecodeImage("image", out="pixels")(hf)
+    assert np.array_equal(out["pixels"], img) and out["image"] is hf["image"]
+    gray = DecodeImage("img", mode="L")({"img": encode(img, "PNG")})["img"]
+    assert gray.shape == (120, 160)
+
+
+def test_a_corrupt_image_is_a_format_error() -> None:
+    data = encode(picture(3), "JPEG")
+    for broken in (data[: len(data) // 3], b"not an image at all", "%%%"):
+        with pytest.raises(FormatError, match="jpg"):
+            DecodeImage("jpg")({"jpg": broken})
+
+
+def test_augmentation_is_keyed_by_the_sample() -> None:
+    img = picture(4)
+    crop = RandomResizedCrop(64, "jpg", (0.08, 1.0), (3 / 4, 4 / 3), seed=0)
+    a = crop({"__key__": "a", "jpg": img})["jpg"]
+    assert a.shape == (64, 64, 3)
+    assert np.array_equal(a, crop({"__key__": "a", "jpg": img})["jpg"])  # same sample, same crop
+    others = [crop({"__key__": k, "jpg": img})["jpg"] for k in "bcdefgh"]
+    assert any(not np.array_equal(a, o) for o in others)  # other samples, other crops
+    flip = Flip("jpg", 0.5, seed=1)
+    flipped = [np.array_equal(flip({"id": i, "jpg": img})["jpg"], img[:, ::-1]) for i in range(64)]
+    assert 16 < sum(flipped) < 48  # about half, keyed by id
+
+
+def _tars(root: Path, n: int = 24) -> None:
+    root.mkdir()
+    for s in range(2):
+        with tarfile.open(root / f"shard-{s}.tar", "w") as tar:
+            for i in range(s * n // 2, (s + 1) * n // 2):
+                h, w = 90 + 7 * (i % 5), 120 + 11 * (i % 3)  # varied sizes, as real photos
+                for ext, data in (("jpg", encode(picture(i, h, w), "JPEG")),
+                                  ("cls", str(i % 10).encode())):  # fmt: skip
+                    info = tarfile.TarInfo(f"{i:06d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+
+
+def _run(ds: Dataset, processes: int) -> list[np.ndarray]:
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+    pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=processes)
+            .random_resized_crop(48, processes=processes).flip(seed=3).to_chw()
+            .batch(8))  # fmt: skip
+    return [b["jpg"] for b in pipe]
+
+
+def test_a_webdataset_of_jpegs_to_nchw_batches_identical_in_worker_processes(
+    tmp_path: Path,
+) -> None:
+    _tars(tmp_path / "tars")
+    ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
+    here = _run(ds, 0)
+    assert [b.shape for b in here] == [(8, 3, 48, 48)] * 3  # one contiguous uint8 array each
+    assert all(b.dtype == np.uint8 and b.flags.c_contiguous for b in here)
+    pooled = _run(ds, 2)
+    assert all(np.array_equal(a, b) for a, b in zip(here, pooled, strict=True))
