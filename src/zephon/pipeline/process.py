@@ -54,34 +54,48 @@ class _Array:
         return _Array, (self.offset, self.dtype, self.shape)
 
 
-def _split(item: Any, arrays: list[np.ndarray]) -> Any:
-    """``item`` with each large numeric array replaced by its placeholder (appended to
-    ``arrays``; offsets are set by :func:`_place`)."""
-    if isinstance(item, np.ndarray) and item.dtype.kind in "biufc" and item.nbytes >= _MIN_ARRAY:
-        arrays.append(np.ascontiguousarray(item))
-        return _Array(0, item.dtype.str, item.shape)
+def _tree(item: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``item`` rebuilt with ``leaf`` applied to every value inside its dicts, lists and
+    tuples (in order)."""
     if isinstance(item, dict):
-        return {k: _split(v, arrays) for k, v in item.items()}
+        return {k: _tree(v, leaf) for k, v in item.items()}
     if isinstance(item, list):
-        return [_split(v, arrays) for v in item]
-    if isinstance(item, tuple) and type(item) is tuple:
-        return tuple(_split(v, arrays) for v in item)
-    return item
+        return [_tree(v, leaf) for v in item]
+    if type(item) is tuple:
+        return tuple(_tree(v, leaf) for v in item)
+    return leaf(item)
+
+
+def _split(item: Any, arrays: list[np.ndarray]) -> Any:
+    """``item`` with each large numeric array replaced by a placeholder (the arrays appended
+    to ``arrays``; their offsets are set when a slot is written)."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" and x.nbytes >= _MIN_ARRAY:
+            arrays.append(np.ascontiguousarray(x))
+            return _Array(0, x.dtype.str, x.shape)
+        return x
+
+    return _tree(item, leaf)
 
 
 def _join(item: Any, buf: memoryview) -> Any:
     """The item back, each placeholder replaced by a copy of its array out of ``buf``."""
-    if isinstance(item, _Array):
-        count = int(np.prod(item.shape, dtype=np.int64))
-        view = np.frombuffer(buf, np.dtype(item.dtype), count, item.offset)
-        return view.reshape(item.shape).copy()
-    if isinstance(item, dict):
-        return {k: _join(v, buf) for k, v in item.items()}
-    if isinstance(item, list):
-        return [_join(v, buf) for v in item]
-    if isinstance(item, tuple) and type(item) is tuple:
-        return tuple(_join(v, buf) for v in item)
-    return item
+
+    def leaf(x: Any) -> Any:
+        if not isinstance(x, _Array):
+            return x
+        count = int(np.prod(x.shape, dtype=np.int64))
+        return np.frombuffer(buf, np.dtype(x.dtype), count, x.offset).reshape(x.shape).copy()
+
+    return _tree(item, leaf)
+
+
+def _placeholders(item: Any) -> list[_Array]:
+    """The placeholders of a split item, in the order :func:`_split` appended arrays."""
+    found: list[_Array] = []
+    _tree(item, lambda x: found.append(x) if isinstance(x, _Array) else None)
+    return found
 
 
 class _Slots:
@@ -126,16 +140,6 @@ class _Slots:
                 shm.close()
                 with contextlib.suppress(FileNotFoundError):
                     shm.unlink()
-
-
-def _placeholders(item: Any) -> list[_Array]:
-    """The placeholders of a split item, in the order :func:`_split` appended arrays."""
-    if isinstance(item, _Array):
-        return [item]
-    values = item.values() if isinstance(item, dict) else item
-    if isinstance(item, dict | list) or (isinstance(item, tuple) and type(item) is tuple):
-        return [h for v in values for h in _placeholders(v)]
-    return []
 
 
 def _child(blob: bytes, data: Connection, control: Connection, progress: bool) -> None:

@@ -26,6 +26,7 @@ from aiohttp import web
 from yarl import URL
 
 from zephon.testing._loop import AppServer
+from zephon.testing.servers import stop_child
 
 __all__ = ["FaultProxy", "Faults", "ProxyProcess"]
 
@@ -216,16 +217,8 @@ class ProxyProcess:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+        if proc is not None:
+            stop_child(proc)
 
     def __enter__(self) -> str:
         return self.start()
