@@ -23,10 +23,10 @@ import sys
 from tests import pipeline_fns as fns
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
-def build(processes=0, lanes=1):
+def build(processes=0, lanes=1, engine="thread"):
     ds = Dataset.from_path("a", sys.argv[1])
     ws = StaticMixtureWorkSource([ds], seed=1, stop_after_passes=None)
-    pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes, engine=engine)
     return pipe.map(fns.double, processes=processes) if processes else pipe
 """
 
@@ -55,13 +55,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("processes,lanes", [(0, 1), (0, 2), (2, 2)])
+@pytest.mark.parametrize("processes,lanes,engine",
+                         [(0, 1, "thread"), (0, 2, "thread"), (2, 2, "thread"), (0, 2, "process"),
+                          (2, 2, "process")])  # fmt: skip
 @pytest.mark.parametrize("ending", list(ENDINGS))
 def test_a_script_with_a_live_pipeline_exits_promptly(
-    data: Path, ending: str, processes: int, lanes: int
+    data: Path, ending: str, processes: int, lanes: int, engine: str
 ) -> None:
     body, code, message = ENDINGS[ending]
-    body = body.replace("P, L", f"{processes}, {lanes}")
+    body = body.replace("P, L", f"{processes}, {lanes}, {engine!r}")
     script = PRELUDE + "\nif __name__ == '__main__':\n" + textwrap.indent(body, "    ") + "\n"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,

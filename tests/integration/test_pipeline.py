@@ -17,7 +17,12 @@ import numpy as np
 import pytest
 
 from tests import pipeline_fns as fns
-from tests.formatdata import write_jsonl, write_parquet, write_webdataset
+from tests.formatdata import (
+    write_jsonl,
+    write_more_compressed_jsonl,
+    write_parquet,
+    write_webdataset,
+)
 from zephon import Dataset
 from zephon.errors import ConfigError, FormatError, WorkerCrashed, ZephonError
 from zephon.pipeline import Pipeline
@@ -238,12 +243,14 @@ async def _upload(base: str, options: dict[str, Any], src: Path) -> None:
     await upload(base, options, src)
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "webdataset"])
+@pytest.mark.parametrize("fmt", ["jsonl", "webdataset", "compressed"])
 async def test_a_scanned_dataset_is_fetched_once_in_its_first_epoch(
     fmt: str, tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str
 ) -> None:
-    writer = write_jsonl if fmt == "jsonl" else write_webdataset
-    expected = writer(tmp_path / "src", 6, 50)
+    if fmt == "compressed":  # gzip, bz2, xz, zstd streams: whole-shard reads
+        expected = write_more_compressed_jsonl(tmp_path / "src")
+    else:
+        expected = (write_jsonl if fmt == "jsonl" else write_webdataset)(tmp_path / "src", 6, 50)
     options = s3_endpoint.storage_options()
     base = f"s3://{s3_bucket}/{fmt}/"
     await _upload(base, options, tmp_path / "src")

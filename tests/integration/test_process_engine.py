@@ -104,3 +104,12 @@ def test_breaking_out_stops_the_child_and_frees_shared_memory(docs: Dataset) -> 
     assert multiprocessing.active_children() == []
     if before or Path("/dev/shm").exists():
         assert {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} <= before
+
+
+def test_the_child_runs_worker_pools_of_its_own(docs: Dataset) -> None:
+    def run(engine: str) -> list[list[int]]:
+        ws = StaticMixtureWorkSource([docs], seed=2, stop_after_passes=1)
+        pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, engine=engine, decode_processes=2)
+        return [b["double"].tolist() for b in pipe.map(fns.double, processes=2).batch(7)]
+
+    assert run("process") == run("thread")

@@ -18,6 +18,7 @@ traceback as a note). The child exits when its parent does (its control pipe clo
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import dataclasses
 import multiprocessing as mp
@@ -25,6 +26,7 @@ import pickle
 import sys
 import threading
 import traceback
+import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
@@ -199,6 +201,15 @@ async def _produce(pipe: Any, data: Connection, control: Connection, progress: b
         slots.close()
 
 
+_OPEN: weakref.WeakSet[ProcessEngine] = weakref.WeakSet()
+
+
+@atexit.register  # after multiprocessing's own hook was registered: so it runs before it
+def _close_open() -> None:
+    for engine in list(_OPEN):
+        engine.close()
+
+
 class ProcessEngine:
     """One run of a pipeline in a child process, iterated here (see the module docstring)."""
 
@@ -213,9 +224,12 @@ class ProcessEngine:
         ctx = mp.get_context("spawn")
         self._data, child_data = ctx.Pipe(duplex=False)
         self._control, child_control = ctx.Pipe()
+        # Not a daemon: the child may start a worker pool of its own (processes=N). It ends
+        # when its control pipe closes, and every engine still open at exit is closed first.
         self._proc = ctx.Process(target=_child, args=(blob, child_data, child_control, progress),
-                                 name="zephon-pipeline", daemon=True)  # fmt: skip
+                                 name="zephon-pipeline")  # fmt: skip
         self._proc.start()
+        _OPEN.add(self)
         child_data.close()
         child_control.close()
         self._segments: dict[str, SharedMemory] = {}
@@ -270,8 +284,10 @@ class ProcessEngine:
 
     def close(self) -> None:
         """Stop the child and release the shared memory."""
+        _OPEN.discard(self)
         with contextlib.suppress(OSError):
             self._control.send(("stop", None))
+        self._data.close()  # a child blocked sending an item gets a broken pipe, and stops
         self._proc.join(timeout=10)
         if self._proc.is_alive():
             self._proc.kill()
