@@ -113,3 +113,12 @@ def test_the_child_runs_worker_pools_of_its_own(docs: Dataset) -> None:
         return [b["double"].tolist() for b in pipe.map(fns.double, processes=2).batch(7)]
 
     assert run("process") == run("thread")
+
+
+def test_inside_a_dataloader_worker_it_says_to_use_the_thread_engine(docs: Dataset) -> None:
+    torch = pytest.importorskip("torch")
+    ws = StaticMixtureWorkSource([docs], seed=2, stop_after_passes=1)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, engine="process").batch(4)
+    loader = torch.utils.data.DataLoader(pipe.to_torch_dataset(), batch_size=None, num_workers=2)
+    with pytest.raises(ConfigError, match="engine='thread' there"):
+        next(iter(loader))

@@ -214,6 +214,12 @@ class ProcessEngine:
     """One run of a pipeline in a child process, iterated here (see the module docstring)."""
 
     def __init__(self, pipeline: Any, progress: bool, on_item: Callable[[Any], None]) -> None:
+        if mp.current_process().daemon:
+            raise ConfigError(
+                "engine='process' cannot start its process from a daemonic process (a "
+                "DataLoader worker is one): use engine='thread' there, the workers are "
+                "processes already"
+            )
         try:
             blob = pickle.dumps(pipeline, 5)
         except Exception as exc:
