@@ -114,3 +114,19 @@ def test_decode_jobs_with_views_of_cached_reads_cross_processes() -> None:
     sent = pickle.loads(pickle.dumps(job))  # what the process pool does
     assert isinstance(sent.parts[0][1], bytes)
     assert decode_job(sent) == decode_job(job) == ([{"a": 2}, {"a": 1}], [])
+
+
+async def test_range_cache_fetches_only_the_gaps_around_cached_ranges() -> None:
+    store = MemoryStore()
+    data = bytes(range(256)) * 40
+    v = store.put("memory://b/k", data).version
+    storage = ManagedStorage(MemoryBackend(store))
+    cache = RangeCache(capacity_bytes=1 << 20)
+    assert await cache.read(storage, "memory://b/k", v, 2000, 3000) == data[2000:3000]
+    assert await cache.read(storage, "memory://b/k", v, 500, 1000) == data[500:1000]
+    # Starts before both cached ranges, spans them and the gap between: fetches the gaps.
+    got = await cache.read(storage, "memory://b/k", v, 0, 3500)
+    assert got == data[:3500]
+    assert storage.stats.bytes_read == 1000 + 500 + (500 + 1000 + 500)
+    assert await cache.read(storage, "memory://b/k", v, 100, 3400) == data[100:3400]
+    assert storage.stats.bytes_read == 3500  # all cached now

@@ -79,24 +79,38 @@ class RangeCache:
     async def read(
         self, storage: ManagedStorage, uri: str, version: str, start: int, stop: int
     ) -> Bytes:
-        # A fetch in flight that will cover our start: wait for it rather than race it.
-        for (u, v, a, b), done in list(self._inflight.items()):
-            if u == uri and v == version and a <= start < b:
-                await asyncio.shield(done)
-                break
-        found = self._find(uri, version, start)
-        if found is not None:
-            at, data = found
-            self._entries.move_to_end((uri, version, at))
-            end = at + len(data)
-            if stop <= end:
-                self.hits += 1
-                self.saved_bytes += stop - start
-                return memoryview(data)[start - at : stop - at]
-            self.saved_bytes += end - start
-            rest = await self._fetch(storage, uri, version, end, stop)
-            return b"".join((memoryview(data)[start - at :], rest))
-        return await self._fetch(storage, uri, version, start, stop)
+        """Bytes ``[start, stop)``: what cached ranges hold, and only the gaps between them
+        fetched (waiting for a fetch in flight that will cover them rather than racing it)."""
+        pieces: list[Bytes] = []
+        at = start
+        fetched = False
+        while at < stop:
+            for (u, v, a, b), done in list(self._inflight.items()):
+                if u == uri and v == version and a <= at < b:
+                    await asyncio.shield(done)
+                    break
+            found = self._find(uri, version, at)
+            if found is not None:
+                base, data = found
+                self._entries.move_to_end((uri, version, base))
+                end = min(stop, base + len(data))
+                pieces.append(memoryview(data)[at - base : end - base])
+                self.saved_bytes += end - at
+                at = end
+                continue
+            gap_end = min(stop, self._next_start(uri, version, at))
+            pieces.append(await self._fetch(storage, uri, version, at, gap_end))
+            fetched = True
+            at = gap_end
+        if not fetched:
+            self.hits += 1
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _next_start(self, uri: str, version: str, at: int) -> int:
+        """Where the next cached or in-flight range after ``at`` begins (a gap ends there)."""
+        starts = [a for (u, v, a) in self._entries if u == uri and v == version and a > at]
+        starts += [a for (u, v, a, _) in self._inflight if u == uri and v == version and a > at]
+        return min(starts, default=1 << 62)
 
     async def _fetch(
         self, storage: ManagedStorage, uri: str, version: str, start: int, stop: int
