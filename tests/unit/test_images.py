@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.errors import FormatError
+from zephon.errors import ConfigError, FormatError
 from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop
 
 Image = pytest.importorskip("PIL.Image")
@@ -116,3 +116,13 @@ def test_a_webdataset_of_jpegs_to_nchw_batches_identical_in_worker_processes(
     assert all(b.dtype == np.uint8 and b.flags.c_contiguous for b in here)
     pooled = _run(ds, 2)
     assert all(np.array_equal(a, b) for a, b in zip(here, pooled, strict=True))
+
+
+def test_batching_images_of_different_sizes_says_to_resize_first(tmp_path: Path) -> None:
+    _tars(tmp_path / "tars")
+    ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+    with pytest.raises(ConfigError, match=r"field 'jpg' holds images of different sizes.*resize"):
+        list(Pipeline(ws, rank=0, world_size=1).decode_image("jpg").batch(8))
+    fixed = Pipeline(ws, rank=0, world_size=1).decode_image("jpg").resize((32, 40)).batch(8)
+    assert [b["jpg"].shape for b in fixed] == [(8, 32, 40, 3)] * 3

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from zephon.errors import ConfigError
 from zephon.ops.block import Block
 
 __all__ = ["batch_blocks", "collate"]
@@ -27,22 +28,39 @@ def _column(values: list[Any]) -> Any:
         first = values[0]
         if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
             return np.stack(values)
+        if all(v.dtype == np.uint8 and v.ndim == 3 for v in values):
+            shapes = sorted({v.shape for v in values})
+            raise _UnequalImages(f"images of different sizes ({shapes[0]}, {shapes[-1]}...)")
         return values
     if all(isinstance(v, numbers.Number) and not isinstance(v, bool | np.bool_) for v in values):
         return np.asarray(values)  # other numeric types (Decimal, Fraction...)
     return values
 
 
+class _UnequalImages(ValueError):
+    pass
+
+
 def collate(samples: Sequence[Any]) -> Any:
     """A list of samples as a dict of columns: numpy arrays for numeric fields of equal shape,
-    lists otherwise. Non-dict samples collate as one column."""
+    lists otherwise. Non-dict samples collate as one column. Images (uint8 arrays of three
+    dimensions) of different sizes raise ``ConfigError``: they cannot make one array."""
     if samples and set(map(type, samples)) == {dict}:
         keys = list(samples[0])
         if all(len(s) == len(keys) for s in samples):
+            column = ""
             try:
-                return {k: _column([s[k] for s in samples]) for k in keys}
+                out = {}
+                for column in keys:
+                    out[column] = _column([s[column] for s in samples])
+                return out
             except KeyError:
                 pass  # same number of keys, different keys: the general case below
+            except _UnequalImages as exc:
+                raise ConfigError(
+                    f"batch(): field {column!r} holds {exc}; resize or crop them to one size "
+                    "first (resize((h, w)), center_crop, random_resized_crop)"
+                ) from None
         return {
             k: [s.get(k) for s in samples] for k in dict.fromkeys(k for s in samples for k in s)
         }
