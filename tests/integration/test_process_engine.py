@@ -119,6 +119,7 @@ def test_inside_a_dataloader_worker_it_says_to_use_the_thread_engine(docs: Datas
     torch = pytest.importorskip("torch")
     ws = StaticMixtureWorkSource([docs], seed=2, stop_after_passes=1)
     pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, engine="process").batch(4)
-    loader = torch.utils.data.DataLoader(pipe.to_torch_dataset(), batch_size=None, num_workers=2)
+    loader = torch.utils.data.DataLoader(pipe.to_torch_dataset(), batch_size=None, num_workers=2,
+                                         multiprocessing_context="forkserver")  # fmt: skip
     with pytest.raises(ConfigError, match="engine='thread' there"):
         next(iter(loader))
