@@ -84,8 +84,10 @@ def test_errors_keep_their_type_and_name_the_sample(docs: Dataset) -> None:
 
 
 def test_a_child_that_dies_is_worker_crashed(docs: Dataset) -> None:
+    ws = StaticMixtureWorkSource([docs], seed=5, stop_after_passes=1)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, engine="process").map(fns.die_on_7)
     with pytest.raises(WorkerCrashed, match="pipeline's process died"):
-        list(build(docs, "process", fns.die_on_7))
+        list(pipe)
 
 
 def test_functions_must_pickle(docs: Dataset) -> None:
