@@ -126,3 +126,32 @@ def test_batching_images_of_different_sizes_says_to_resize_first(tmp_path: Path)
         list(Pipeline(ws, rank=0, world_size=1).decode_image("jpg").batch(8))
     fixed = Pipeline(ws, rank=0, world_size=1).decode_image("jpg").resize((32, 40)).batch(8)
     assert [b["jpg"].shape for b in fixed] == [(8, 32, 40, 3)] * 3
+
+
+def _raw(img: np.ndarray, mode: str) -> bytes:
+    """The raw-pixel layout of MDS's ``pil`` encoding and LitData's ``pil`` serializer."""
+    h, w = img.shape[:2]
+    return np.array([w, h, len(mode)], np.uint32).tobytes() + mode.encode() + img.tobytes()
+
+
+def test_raw_pil_pixels_from_mds_and_litdata_decode_without_pillow() -> None:
+    from zephon.formats.litdata import _leaf_decoder
+    from zephon.formats.mds import _decoder
+
+    img = picture(5)
+    for decode in (_decoder("pil", False), _leaf_decoder("pil", False)):
+        got = decode(memoryview(_raw(img, "RGB")))
+        assert np.array_equal(got, img)
+        gray = decode(memoryview(_raw(img[..., 0], "L")))
+        assert np.array_equal(gray, img[..., 0])
+    with pytest.raises(ValueError, match="PIL mode 'CMYK'"):
+        _decoder("pil", False)(memoryview(_raw(img, "CMYK")))
+    with pytest.raises(ValueError, match="holds"):
+        _decoder("pil", False)(memoryview(_raw(img, "RGB")[:-5]))
+    # decode_image takes the pixels as they are, in the mode asked for
+    assert np.array_equal(DecodeImage("x")({"x": img})["x"], img)
+    rgba = DecodeImage("x", mode="RGBA")({"x": img})["x"]
+    assert rgba.shape == (120, 160, 4) and (rgba[..., 3] == 255).all()
+    luma = DecodeImage("x", mode="L")({"x": img})["x"]
+    reference = np.asarray(Image.fromarray(img).convert("L"))
+    assert np.abs(luma.astype(int) - reference.astype(int)).max() <= 1

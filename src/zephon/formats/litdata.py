@@ -23,7 +23,7 @@ from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
-from zephon.formats.records import inflate_records
+from zephon.formats.records import inflate_records, raw_image
 from zephon.refs import ShardInfo
 
 __all__ = ["LITDATA_CODECS", "LitDataCodec", "parse_litdata_index"]
@@ -142,6 +142,8 @@ def _leaf_decoder(name: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
         return lambda d: struct.unpack("<d", d)[0]
     if kind in ("bytes", "jpeg", "image", "file"):
         return bytes
+    if kind == "pil":  # raw pixels: decoded here, no Pillow
+        return raw_image
     if kind == "no_header_numpy":
         dt = np.dtype(_NUMPY_DTYPES[int(arg)])
         return lambda d: np.frombuffer(d, dt).copy()

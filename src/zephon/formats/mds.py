@@ -22,7 +22,7 @@ from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
-from zephon.formats.records import inflate_records
+from zephon.formats.records import inflate_records, raw_image
 from zephon.refs import ShardInfo
 
 __all__ = ["MdsCodec", "MdsShardSpec", "parse_mds_index"]
@@ -114,6 +114,7 @@ def _decoder(encoding: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
         "str_float": lambda d: float(str(d, "utf-8")),
         "str_decimal": lambda d: Decimal(str(d, "utf-8")),
         "json": lambda d: json.loads(bytes(d)),
+        "pil": raw_image,  # raw pixels: decoded here, no Pillow
     }
     if encoding in simple:
         return simple[encoding]

@@ -17,7 +17,27 @@ from zephon.formats.compression import Inflated, decompress_whole
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.refs import ShardInfo
 
-__all__ = ["header_bytes", "inflate_records", "parse_offsets_header"]
+__all__ = ["header_bytes", "inflate_records", "parse_offsets_header", "raw_image"]
+
+_PIL_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}  # 8 bits per channel
+
+
+def raw_image(data: memoryview | bytes) -> np.ndarray:
+    """An image stored as raw pixels by MDS's ``pil`` encoding and LitData's ``pil``
+    serializer (``width, height, len(mode)`` as uint32, the PIL mode, then the pixels), as a
+    uint8 ``HxWxC`` array (``HxW`` for mode ``L``), without Pillow."""
+    if len(data) < 12:
+        raise ValueError("raw image shorter than its header")
+    width, height, mode_size = (int(x) for x in np.frombuffer(data, np.uint32, 3))
+    mode = bytes(data[12 : 12 + mode_size]).decode("utf-8", "replace")
+    channels = _PIL_CHANNELS.get(mode)
+    if channels is None:
+        raise ValueError(f"raw image of PIL mode {mode!r}: only {sorted(_PIL_CHANNELS)} are read")
+    pixels = np.frombuffer(data, np.uint8, offset=12 + mode_size)
+    if pixels.size != width * height * channels:
+        raise ValueError(f"raw {mode} image of {width}x{height} holds {pixels.size} bytes")
+    shape = (height, width) if channels == 1 else (height, width, channels)
+    return pixels.reshape(shape).copy()
 
 
 def header_bytes(num_samples: int) -> int:

@@ -66,6 +66,22 @@ def _decode(data: bytes, mode: str, backend: str, max_size: int | None) -> np.nd
         return np.asarray(img.convert(mode))
 
 
+def _to_mode(image: np.ndarray, mode: str) -> np.ndarray:
+    """A decoded uint8 image (``HxW``, ``HxWx2`` with alpha, ``HxWx3``, ``HxWx4``) in ``mode``."""
+    gray = image if image.ndim == 2 else (image[..., 0] if image.shape[2] <= 2 else None)
+    if mode == "L":
+        if gray is not None:
+            return gray
+        rgb = image[..., :3].astype(np.float32)  # ITU-R 601-2 luma, as Pillow converts
+        return (rgb @ np.array([0.299, 0.587, 0.114], np.float32) + 0.5).astype(np.uint8)
+    rgb = np.repeat(gray[..., None], 3, axis=2) if gray is not None else image[..., :3]
+    if mode == "RGB":
+        return np.ascontiguousarray(rgb)
+    has_alpha = image.ndim == 3 and image.shape[2] in (2, 4)
+    alpha = image[..., -1:] if has_alpha else np.full((*rgb.shape[:2], 1), 255, np.uint8)
+    return np.concatenate([rgb, alpha], axis=2)
+
+
 class DecodeImage:
     """``sample[field]`` (encoded bytes) -> a uint8 array in ``sample[out or field]``."""
 
@@ -83,7 +99,10 @@ class DecodeImage:
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         if self.field not in sample:
             raise FormatError(f"no field {self.field!r} in the sample (fields: {sorted(sample)})")
-        data = _image_bytes(sample[self.field], self.field)
+        value = sample[self.field]
+        if isinstance(value, np.ndarray):  # raw pixels already (MDS / LitData "pil")
+            return {**sample, self.out: _to_mode(value, self.mode)}
+        data = _image_bytes(value, self.field)
         try:
             image = _decode(data, self.mode, self.backend, self.max_size)
         except (ConfigError, FormatError):
