@@ -102,16 +102,16 @@ def build_lane(
 def _segment(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int, lanes: int,
     resume: dict[str, Any] | None, history: list[Any], until: int | None = None,
-    tag: str | None = None,
+    tag: str | None = None, owner: int | None = None,
 ) -> Channel[Block]:  # fmt: skip
     """Lane ``lane`` of ``lanes`` from its planner to its last stateful step (up to the
-    lane position ``until``); ``tag`` names its stages."""
+    lane position ``until``); ``tag`` names its stages, ``owner`` is the lane it feeds."""
     tag = str(lane) if tag is None else tag
     requests = spec.source.requests(
         lane, lanes, resume=resume["state"] if resume is not None else None,
         history=history, until=until,
     )  # fmt: skip
-    budget = res.budgets[int(tag.split("<")[0])]  # the share of the lane this feeds
+    budget = res.budgets[lane if owner is None else owner]  # the share of the lane it feeds
     fetched = _fetch(tg, spec, res, tag, requests, budget)
     decoded = _decode(tg, spec, res, tag, fetched)
     current = block_channel(LANE_CHANNEL, spec)
@@ -163,7 +163,7 @@ async def _handover(
             rest = tuple(residues[k + 1 :])
             segment = _segment(tg, spec, res, int(record["lane"]), int(record["lanes"]), at,
                                history[: int(record["generation"])], residue_end(record),
-                               f"{lane}<{record['lane']}")  # fmt: skip
+                               f"{lane}<{record['lane']}", lane)  # fmt: skip
             async for block in _counted(segment, stats):
                 marks: list[Mark] = [(lane, Residue(record, m, rest), 0, zeros, None)
                                      for m in block.marks]  # fmt: skip

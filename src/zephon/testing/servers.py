@@ -119,10 +119,14 @@ class MotoServer:
         self.stop()
 
 
-def stop_child(proc: subprocess.Popen[bytes]) -> None:
-    """End a server child that exits when its standard input closes (killed after 10 s)."""
-    assert proc.stdin is not None
-    proc.stdin.close()
+def stop_child(proc: subprocess.Popen[bytes], terminate: bool = False) -> None:
+    """End a server child: close its standard input (it exits then) or ``terminate`` it;
+    killed if still alive after 10 s."""
+    if terminate:
+        proc.terminate()
+    else:
+        assert proc.stdin is not None
+        proc.stdin.close()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -153,12 +157,7 @@ class _Emulator:
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_child(proc, terminate=True)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
