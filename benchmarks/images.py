@@ -77,7 +77,7 @@ def pipeline_vs_bare(n: int) -> None:
             ds = Dataset.from_path("imgs", "s3://img/wds/", index_cache=False)
             ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
             pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2)
-                    .random_resized_crop(224, processes=2).flip().to_chw().batch(256))  # fmt: skip
+                    .random_resized_crop(224).flip().to_chw().batch(256))  # fmt: skip
             first, images = None, 0
             for batch in pipe:
                 first = first if first is not None else time.perf_counter() - t

@@ -102,3 +102,12 @@ def die_once_on_7(marker: str, sample: dict[str, Any]) -> dict[str, Any]:
 def drop_40_percent_of_a(sample: dict[str, Any]) -> bool:
     """Keeps all of dataset b (ids >= 100,000) and 60% of dataset a."""
     return sample["id"] >= 100_000 or sample["id"] % 5 >= 2
+
+
+def reject_13(sample: dict[str, Any]) -> dict[str, Any]:
+    """Bad input for sample 13: a ``FormatError``, which ``on_error="skip"`` may skip."""
+    from zephon.errors import FormatError
+
+    if sample["id"] == 13:
+        raise FormatError("record 13 is malformed")
+    return sample

@@ -189,6 +189,40 @@ def test_bad_samples_are_skipped_and_counted_when_asked(tmp_path: Path) -> None:
         list(Pipeline(source(ds), on_error="skip", max_skipped=3))
 
 
+def test_adjacent_pooled_steps_run_in_one_worker_call(toy: Dataset) -> None:
+    ws = source(toy, shuffle="none")
+    pipe = (Pipeline(ws).map(fns.double, processes=2).map(fns.drop_multiples_of_5, processes=2)
+            .filter(fns.keep_even, processes=2).map(fns.fail_on_13, processes=0))  # fmt: skip
+    assert pipe.explain().count("(in the same worker call)") == 2  # the in-process one is not
+    pipe = pipe.map(fns.fail_on_13, processes=2).filter(fns.keep_even)
+    assert ids(list(pipe)) == [i for i in range(3000) if i % 5 and i % 2 == 0]
+    stages = set(pipe.stats()["stages"])
+    assert "map#0+1+2[0]" in stages and not any(s.startswith("map#1[") for s in stages)
+    fused = Pipeline(ws).map(fns.double, processes=2).map(fns.fail_on_13, processes=2)
+    with pytest.raises(KeyError, match="no luck for 13") as info:
+        list(fused)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "fail_on_13" in notes and "sample 13" in notes  # the failing step, not the chain
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_steps_format_error_is_skipped_and_counted_when_asked(
+    toy: Dataset, processes: int
+) -> None:
+    ws = source(toy, shuffle="none")
+    with pytest.raises(FormatError, match="record 13"):
+        list(Pipeline(ws).map(fns.reject_13, processes=processes))
+    pipe = (Pipeline(ws, on_error="skip").map(fns.double, processes=processes)
+            .map(fns.reject_13, processes=processes))  # fmt: skip
+    out = list(pipe)
+    assert ids(out) == [i for i in range(3000) if i != 13]
+    [skipped] = pipe.stats()["skipped"]
+    assert skipped["dataset"] == toy.name and skipped["sample"] == 13
+    assert skipped["shard"] == toy.shards[0].uri and "reject_13" in skipped["error"]
+    with pytest.raises(KeyError, match="no luck"):  # not bad input: never skipped
+        list(Pipeline(ws, on_error="skip").map(fns.fail_on_13, processes=processes))
+
+
 def test_ranks_split_lanes_and_together_cover_the_pass(toy: Dataset) -> None:
     ws = source(toy, shuffle="block")
     single = Counter(ids(list(Pipeline(ws, rank=0, world_size=1, lanes=4))))

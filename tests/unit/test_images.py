@@ -118,6 +118,44 @@ def test_a_webdataset_of_jpegs_to_nchw_batches_identical_in_worker_processes(
     assert all(np.array_equal(a, b) for a, b in zip(here, pooled, strict=True))
 
 
+def test_image_steps_follow_a_pooled_decode_into_one_worker_call(tmp_path: Path) -> None:
+    _tars(tmp_path / "tars")
+    ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+    pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2)
+            .random_resized_crop(48).flip(seed=3).to_chw().batch(8))  # fmt: skip
+    text = pipe.explain()
+    assert "map(to_chw(field='jpg'); 2 processes) (in the same worker call)" in text
+    assert text.count("(in the same worker call)") == 3
+    got = [b["jpg"] for b in pipe]
+    assert all(np.array_equal(a, b) for a, b in zip(_run(ds, 0), got, strict=True))
+    assert "map#0+1+2+3[0]" in pipe.stats()["stages"]  # one stage: one crossing per block
+    alone = Pipeline(ws, rank=0, world_size=1).decode_image("jpg").random_resized_crop(48)
+    assert "(in the same worker call)" not in alone.explain()  # in process, like a map
+
+
+def test_corrupt_images_are_skipped_and_counted_when_asked(tmp_path: Path) -> None:
+    root = tmp_path / "tars"
+    _tars(root)
+    with tarfile.open(root / "shard-0.tar", "a") as tar:
+        for key, data in (("000100", b"\xff\xd8\xff truncated"), ("000101", b"not an image")):
+            info = tarfile.TarInfo(f"{key}.jpg")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    ds = Dataset.from_path("imgs", str(root), format="webdataset")
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+    with pytest.raises(FormatError, match="corrupt image in field 'jpg'"):
+        list(Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2))
+    pipe = (Pipeline(ws, rank=0, world_size=1, on_error="skip")
+            .decode_image("jpg", processes=2).center_crop(32))  # fmt: skip
+    keys = sorted(s["__key__"] for s in pipe)
+    assert keys == [f"{i:06d}" for i in range(24)]
+    skipped = pipe.stats()["skipped"]
+    assert sorted(s["sample"] for s in skipped) == [12, 13]  # after the shard's 12 samples
+    assert all(s["dataset"] == "imgs" and s["shard"].endswith("shard-0.tar")
+               and "decode_image" in s["error"] for s in skipped)  # fmt: skip
+
+
 def test_batching_images_of_different_sizes_says_to_resize_first(tmp_path: Path) -> None:
     _tars(tmp_path / "tars")
     ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")

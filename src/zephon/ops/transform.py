@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from zephon.errors import StateMismatch
+from zephon.errors import FormatError, StateMismatch
 from zephon.ops.block import Block, Mark, Provenance, high_water, ref_at
 from zephon.ops.shuffle import start_mark
 
-__all__ = ["apply_block", "filter_batch", "map_batch", "run_apply"]
+__all__ = ["Chain", "apply_block", "run_apply", "run_batch"]
 
 
 def _describe(ref: Any) -> str:
@@ -22,31 +22,60 @@ def _describe(ref: Any) -> str:
     return repr(ref)
 
 
-def map_batch(fn: Callable[[Any], Any], items: list[Any], refs: Provenance) -> list[Any]:
-    """``fn`` over a block's items; an error keeps its type and names the sample."""
+def _name(fn: Any) -> str:
+    return str(getattr(fn, "__name__", fn))
+
+
+class Chain:
+    """Adjacent map and filter steps run as one call per block in the same worker, so a
+    sample crosses processes once (decoded images are large: never twice). Picklable when
+    its steps are. ``None`` from a map, or a false filter, drops the sample."""
+
+    def __init__(self, steps: list[tuple[str, Callable[[Any], Any]]]) -> None:
+        self.steps = steps
+        self.__name__ = " -> ".join(f"{kind} {_name(fn)}" for kind, fn in steps)
+
+    def __call__(self, item: Any) -> Any:
+        for kind, fn in self.steps:
+            try:
+                value = fn(item)
+            except Exception as exc:
+                exc.zephon_step = (kind, fn)  # type: ignore[attr-defined]
+                raise
+            if kind == "filter":
+                if not value:
+                    return None
+            elif value is None:
+                return None
+            else:
+                item = value
+        return item
+
+
+def run_batch(
+    kind: str, fn: Callable[[Any], Any], items: list[Any], refs: Provenance, skip: bool = False
+) -> tuple[list[Any], list[tuple[int, str]]]:
+    """``fn`` over a block's items: a map's results (``None`` drops the sample) or a filter's
+    verdicts. An error keeps its type and names the step and the sample. With ``skip``, a
+    :class:`~zephon.errors.FormatError` (bad input, e.g. a corrupt image) drops its sample
+    instead and comes back as ``(position, message)``."""
     out: list[Any] = []
-    append = out.append
-    try:
-        for item in items:
-            append(fn(item))
-    except Exception as exc:
-        where = _describe(ref_at(refs, len(out)))
-        exc.add_note(f"zephon: map {getattr(fn, '__name__', fn)!r} failed on {where}")
-        raise
-    return out
-
-
-def filter_batch(pred: Callable[[Any], Any], items: list[Any], refs: Provenance) -> list[bool]:
-    out: list[bool] = []
-    append = out.append
-    try:
-        for item in items:
-            append(bool(pred(item)))
-    except Exception as exc:
-        where = _describe(ref_at(refs, len(out)))
-        exc.add_note(f"zephon: filter {getattr(pred, '__name__', pred)!r} failed on {where}")
-        raise
-    return out
+    failed: list[tuple[int, str]] = []
+    is_filter = kind == "filter"
+    for pos, item in enumerate(items):
+        try:
+            value = fn(item)
+        except Exception as exc:
+            step_kind, step_fn = getattr(exc, "zephon_step", (kind, fn))
+            if skip and isinstance(exc, FormatError):
+                failed.append((pos, f"{step_kind} {_name(step_fn)!r}: {exc}"))
+                out.append(False if is_filter else None)
+                continue
+            where = _describe(ref_at(refs, pos))
+            exc.add_note(f"zephon: {step_kind} {_name(step_fn)!r} failed on {where}")
+            raise
+        out.append(bool(value) if is_filter else value)
+    return out, failed
 
 
 def tokenize_batch(tok: Any, items: list[Any], refs: Provenance) -> list[Any]:
@@ -67,8 +96,11 @@ async def apply_block(
     pool: Any,
     stage_name: str,
     executor: Executor | None = None,
+    on_skip: Callable[[Any, str], None] | None = None,
 ) -> Block:
-    """One block through a map or filter, in process, awaited, or in the worker pool."""
+    """One block through a map or filter, in process, awaited, or in the worker pool.
+    ``on_skip(ref, message)``: skip samples whose step raised ``FormatError`` (bad input)
+    and report each; without it such an error ends the run like any other."""
     if kind == "tokenize":
         if pool is None and executor is not None and getattr(fn, "releases_gil", False):
             # The encoder runs without the GIL: the loop decodes and packs other blocks
@@ -84,27 +116,23 @@ async def apply_block(
         else:
             results = tokenize_batch(fn, block.items, block.provenance())
         return block.with_items(results)
+    skip = on_skip is not None
     if pool is not None:
-        worker = map_batch if kind == "map" else filter_batch
-        results = await pool.run(stage_name, worker, fn, block.items, block.provenance())
+        results, failed = await pool.run(
+            stage_name, run_batch, kind, fn, block.items, block.provenance(), skip
+        )
     elif inspect.iscoroutinefunction(fn):
-        results = []
-        for item, ref in zip(block.items, block.refs, strict=True):
-            try:
-                value = await fn(item)
-            except Exception as exc:
-                exc.add_note(
-                    f"zephon: {kind} {getattr(fn, '__name__', fn)!r} failed on {_describe(ref)}"
-                )
-                raise
-            results.append(bool(value) if kind == "filter" else value)
+        results, failed = await _await_each(kind, fn, block, skip)
     else:
-        worker = map_batch if kind == "map" else filter_batch
-        args = (fn, block.items, block.provenance())
+        args = (kind, fn, block.items, block.provenance(), skip)
         if executor is None:
-            results = worker(*args)
+            results, failed = run_batch(*args)
         else:  # off the loop: fetching and delivery go on meanwhile
-            results = await asyncio.get_running_loop().run_in_executor(executor, worker, *args)
+            loop = asyncio.get_running_loop()
+            results, failed = await loop.run_in_executor(executor, run_batch, *args)
+    for pos, message in failed:
+        assert on_skip is not None
+        on_skip(ref_at(block.provenance(), pos), message)
     if kind == "map":
         keep = [r is not None for r in results]  # a map returning None drops the sample
         items = [r for r in results if r is not None]
@@ -119,6 +147,26 @@ async def apply_block(
     if not items and block.marks:
         out.extra["last_mark"] = block.marks[-1]  # an emptied block still moves the lane on
     return out
+
+
+async def _await_each(
+    kind: str, fn: Callable[[Any], Any], block: Block, skip: bool
+) -> tuple[list[Any], list[tuple[int, str]]]:
+    """:func:`run_batch` for an async function, awaited item by item in the loop."""
+    results: list[Any] = []
+    failed: list[tuple[int, str]] = []
+    for item, ref in zip(block.items, block.refs, strict=True):
+        try:
+            value = await fn(item)
+        except Exception as exc:
+            if skip and isinstance(exc, FormatError):
+                failed.append((len(results), f"{kind} {_name(fn)!r}: {exc}"))
+                results.append(False if kind == "filter" else None)
+                continue
+            exc.add_note(f"zephon: {kind} {_name(fn)!r} failed on {_describe(ref)}")
+            raise
+        results.append(bool(value) if kind == "filter" else value)
+    return results, failed
 
 
 def is_stateful(op: Any) -> bool:

@@ -13,68 +13,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
 
 import numpy as np
 
 from zephon.engine.channel import Channel, closing
-from zephon.engine.pool import WorkerPool
-from zephon.engine.raypool import RayPool
 from zephon.engine.runner import ordered, stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
-from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block, ChunkRows, Mark, Residue
-from zephon.ops.decode import ChunkAssembler, DecodeJob, SkipLedger, decode_job, is_failed
-from zephon.ops.fetch import Fetched, RangeCache, group_requests, group_reservations, read_group
-from zephon.ops.group import per_dataset_batches
-from zephon.ops.mixture import ensure_mixture
-from zephon.ops.pack import pack_blocks
-from zephon.ops.shuffle import shuffle_blocks
-from zephon.ops.transform import apply_block, run_apply
+from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed
+from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_group
 from zephon.pipeline.handover import residue_end, residue_resume
-from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step
+from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
+from zephon.pipeline.spec import PipelineSpec
+from zephon.pipeline.steps import start_steps
 from zephon.refs import RangeRequest
-from zephon.storage import ManagedStorage
 from zephon.storage.gate import CapacityGate
 
-__all__ = ["Resources", "block_channel", "build_lane"]
-
-LANE_CHANNEL = 4  # blocks buffered between two stages of a lane (fewer if they are large)
+__all__ = ["build_lane"]
 
 Decoded = tuple[Fetched, list[Any], list[tuple[int, str]]]  # a read, its samples, failures
-
-
-@dataclass
-class Resources:
-    """What a run's stages share: storage clients, the fetch byte budget (a share per lane:
-    the merge takes lanes in turn, so a lane holding the whole budget would starve the one
-    it waits for), the range cache, the worker pool, the skip ledger and the stage counters."""
-
-    storages: list[ManagedStorage]
-    budgets: dict[int, CapacityGate]
-    range_cache: RangeCache | None
-    pool: WorkerPool | None
-    ledger: SkipLedger
-    stages: dict[str, StageStats] = field(default_factory=dict)
-    encoder: ThreadPoolExecutor | None = None
-    remote: dict[Any, RayPool] = field(default_factory=dict)  # per Ray executor, its actors
-
-    def pool_for(self, executor: Any) -> Any:
-        """Where a step's blocks go: its Ray actors, or the pipeline's process pool."""
-        return self.pool if executor is None else self.remote[executor]
-
-    def stats(self, name: str, concurrency: str = "1") -> StageStats:
-        """A new stage's counters, registered under ``name``."""
-        self.stages[name] = stats = StageStats(name, concurrency)
-        return stats
-
-    def encoder_thread(self) -> ThreadPoolExecutor:
-        """The run's helper thread for in-process steps (made on first use)."""
-        self.encoder = self.encoder or ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
-        return self.encoder
 
 
 def build_lane(
@@ -95,8 +54,8 @@ def build_lane(
                                                     stats)))  # fmt: skip
     else:
         head = _segment(tg, spec, res, lane, spec.lanes, resume, history)
-    return _steps(tg, spec, res, str(lane), head, range(spec.stateful_prefix, len(spec.steps)),
-                  lane, None)  # fmt: skip
+    rest = range(spec.stateful_prefix, len(spec.steps))
+    return start_steps(tg, spec, res, str(lane), head, rest, lane, None)
 
 
 def _segment(
@@ -120,33 +79,7 @@ def _segment(
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
                                                 budget)))  # fmt: skip
     mark: Mark | None = resume["mark"] if resume is not None else None
-    return _steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark)
-
-
-def _steps(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, tag: str,
-    current: Channel[Block], indices: range, lane: int, resume_mark: Mark | None,
-) -> Channel[Block]:  # fmt: skip
-    """Start the steps ``indices`` of the chain on ``current``; returns their output."""
-    depth = sum(step.kind in STATEFUL for step in spec.steps[: indices.start])
-    for i in indices:
-        step = spec.steps[i]
-        source, out = current, block_channel(LANE_CHANNEL, spec)
-        name = f"{step.kind}#{i}[{tag}]"
-        stats = res.stats(name, str(step.processes or 1))
-        if step.kind in STATEFUL:
-            at = _step_resume(resume_mark, depth)
-            body = _stateful(step, lane, source, out, stats, depth, at)
-            depth += 1
-        elif step.processes:
-            body = _pooled(tg, spec, res, step, source, out, stats, name)
-        elif step.kind == "batch":
-            body = _batch(step, lane, source, out, stats)
-        else:
-            body = _in_process(res, step, source, out, stats, name)
-        tg.create_task(stage(name, stats, body))
-        current = out
-    return current
+    return start_steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark)
 
 
 async def _handover(
@@ -164,35 +97,17 @@ async def _handover(
             segment = _segment(tg, spec, res, int(record["lane"]), int(record["lanes"]), at,
                                history[: int(record["generation"])], residue_end(record),
                                f"{lane}<{record['lane']}", lane)  # fmt: skip
-            async for block in _counted(segment, stats):
+            async for block in counted(segment, stats):
                 marks: list[Mark] = [(lane, Residue(record, m, rest), 0, zeros, None)
                                      for m in block.marks]  # fmt: skip
                 stats.items_out += len(block.items)
                 await timed_send(out, Block(lane, block.items, block.refs, marks, block.nbytes,
                                             block.extra), stats)  # fmt: skip
         own = {key: value for key, value in resume.items() if key != "residues"}
-        async for block in _counted(_segment(tg, spec, res, lane, spec.lanes, own, history),
+        async for block in counted(_segment(tg, spec, res, lane, spec.lanes, own, history),
                                     stats):  # fmt: skip
             stats.items_out += len(block.items)
             await timed_send(out, block, stats)
-
-
-def block_channel(capacity: int, spec: PipelineSpec) -> Channel[Block]:
-    """A channel of at most ``capacity`` blocks and about ``spec.block_bytes``."""
-    return Channel(capacity, spec.block_bytes, _weight)
-
-
-def _weight(block: Block) -> int:
-    return block.nbytes
-
-
-def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
-    """A stateful step's resume point: the mark as the steps before it saw it, and its own
-    state."""
-    if mark is None:
-        return None
-    lane, cursor, delivered, ops, hw = mark
-    return (lane, cursor, delivered, ops[:depth], hw), ops[depth]
 
 
 def _fetch(
@@ -332,68 +247,6 @@ async def _assemble(
         await send_ready()
 
 
-async def _pooled(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, step: Step,
-    source: Channel[Block], out: Channel[Block], stats: StageStats, name: str,
-) -> None:  # fmt: skip
-    """map / filter / tokenize in the worker pool or on Ray actors, ``step.processes``
-    blocks in flight."""
-    pool = res.pool_for(step.executor)
-
-    async def one(block: Block) -> Block:
-        return await apply_block(step.kind, step.fn, block, pool, name)
-
-    await ordered(tg, source, one, out, step.processes, stats,
-                  deterministic=spec.deterministic, size=len)  # fmt: skip
-
-
-async def _in_process(
-    res: Resources, step: Step, source: Channel[Block], out: Channel[Block],
-    stats: StageStats, name: str,
-) -> None:  # fmt: skip
-    """map / filter / tokenize a block at a time on the run's helper thread (async ones in
-    the loop), so fetching and delivery go on meanwhile."""
-    executor = res.encoder_thread()
-    with closing(out):
-        async for block in _counted(source, stats):
-            result = await apply_block(step.kind, step.fn, block, None, name, executor)
-            stats.items_out += len(result.items)
-            await timed_send(out, result, stats)
-
-
-async def _batch(
-    step: Step, lane: int, source: Channel[Block], out: Channel[Block], stats: StageStats
-) -> None:
-    with closing(out):
-        async for block in batch_blocks(_counted(source, stats), step.size, step.drop_last, lane):
-            stats.items_out += len(block.items)
-            await timed_send(out, block, stats)
-
-
-async def _stateful(
-    step: Step, lane: int, source: Channel[Block], out: Channel[Block], stats: StageStats,
-    depth: int, resume: tuple[Mark, Any] | None,
-) -> None:  # fmt: skip
-    """shuffle, pack and custom ops: their position is part of every mark (at ``depth``)."""
-    blocks = _counted(source, stats)
-    if step.kind == "shuffle":
-        stream = shuffle_blocks(blocks, step.size, step.fn, lane, depth, resume)
-    elif step.kind == "apply":
-        stream = run_apply(step.fn, blocks, lane, depth, resume)
-    elif step.kind == "ensure_mixture":
-        weights, weight_by, field_, size, surplus = step.fn
-        stream = ensure_mixture(blocks, weights, weight_by, field_, size, surplus, lane, depth,
-                                resume, stats)  # fmt: skip
-    elif step.kind == "batch_per_dataset":
-        stream = per_dataset_batches(blocks, step.size, step.drop_last, lane, depth, resume)
-    else:
-        stream = pack_blocks(blocks, step.fn, lane, depth, resume)
-    with closing(out):
-        async for block in stream:
-            stats.items_out += len(block.items)
-            await timed_send(out, block, stats)
-
-
 def _add_provenance(datasets: Any, items: list[Any], rows: ChunkRows) -> None:
     """``item["_provenance"]``: where each dict sample came from (failed placeholders and
     non-dict samples are left alone)."""
@@ -408,13 +261,3 @@ async def _flatten(source: Channel[list[Fetched]]) -> AsyncIterator[Fetched]:
     async for group in source:
         for fetched in group:
             yield fetched
-
-
-async def _counted(source: Channel[Block], stats: StageStats) -> AsyncIterator[Block]:
-    while True:
-        try:
-            block = await timed_receive(source, stats)
-        except StopAsyncIteration:
-            return
-        stats.items_in += len(block.items)
-        yield block

@@ -1,6 +1,11 @@
 """The image steps of :class:`~zephon.pipeline.builder.Pipeline` (a mixin): decode_image,
 resize, center_crop, random_resized_crop, flip and to_chw, each a ``map`` of a picklable
-step from :mod:`zephon.ops.image`, so ``processes=`` and ``executor=`` apply as to any map."""
+step from :mod:`zephon.ops.image`, so ``processes=`` and ``executor=`` apply as to any map.
+
+An image step given no placement runs where the image step before it runs, and adjacent
+steps on the same workers run as one call per block (:mod:`zephon.pipeline.steps`): so
+``decode_image(processes=2).random_resized_crop(224).flip().to_chw()`` sends encoded bytes
+to a worker and gets the final uint8 arrays back, never a full-size decoded image."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any, Self
 
 from zephon.ops import image
 from zephon.pipeline.placement import placement
-from zephon.pipeline.spec import Step
+from zephon.pipeline.spec import PipelineSpec, Step
 
 __all__ = ["ImageSteps"]
 
@@ -22,14 +27,22 @@ class ImageSteps:
     def _check_before_batch(self, what: str) -> None:
         raise NotImplementedError
 
-    def _image_step(self, op: Any, processes: int, executor: Any) -> Self:
+    spec: PipelineSpec
+
+    def _image_step(self, op: Any, processes: int | None, executor: Any) -> Self:
         self._check_before_batch(op.__name__.split("(")[0])
+        if processes is None:
+            steps = self.spec.steps
+            before = steps[-1] if steps and executor is None else None
+            if before and before.kind == "map" and type(before.fn).__module__ == image.__name__:
+                return self._with(Step("map", op, before.processes, executor=before.executor))
+            processes = 0
         inflight, remote = placement(processes, executor, op, "image step")
         return self._with(Step("map", op, inflight, executor=remote))
 
     def decode_image(
         self, field: str = "jpg", mode: str = "RGB", *, backend: str = "auto",
-        max_size: int | None = None, out: str | None = None, processes: int = 0,
+        max_size: int | None = None, out: str | None = None, processes: int | None = None,
         executor: Any = None,
     ) -> Self:  # fmt: skip
         """Decode ``sample[field]`` (bytes, the HF ``{"bytes", "path"}`` layout, or base64
@@ -42,20 +55,20 @@ class ImageSteps:
         op = image.DecodeImage(field, mode, backend, max_size, out)
         return self._image_step(op, processes, executor)
 
-    def resize(self, size: int | tuple[int, int], field: str = "jpg", *, processes: int = 0,
-               executor: Any = None) -> Self:  # fmt: skip
+    def resize(self, size: int | tuple[int, int], field: str = "jpg", *,
+               processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
         """Resize to ``(height, width)``, or the shorter side to ``size`` (bilinear)."""
         return self._image_step(image.Resize(size, field), processes, executor)
 
     def center_crop(self, size: int | tuple[int, int], field: str = "jpg", *,
-                    processes: int = 0, executor: Any = None) -> Self:  # fmt: skip
+                    processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
         """The central ``size`` crop (zero-padded where the image is smaller)."""
         return self._image_step(image.CenterCrop(size, field), processes, executor)
 
     def random_resized_crop(
         self, size: int | tuple[int, int], field: str = "jpg", *,
         scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        seed: int = 0, processes: int = 0, executor: Any = None,
+        seed: int = 0, processes: int | None = None, executor: Any = None,
     ) -> Self:  # fmt: skip
         """A crop of random area and aspect ratio resized to ``size``, drawn from a generator
         keyed by the sample (``__key__``, ``id`` or provenance) and ``seed``: identical in any
@@ -63,12 +76,13 @@ class ImageSteps:
         op = image.RandomResizedCrop(size, field, scale, ratio, seed)
         return self._image_step(op, processes, executor)
 
-    def flip(self, field: str = "jpg", p: float = 0.5, *, seed: int = 0, processes: int = 0,
-             executor: Any = None) -> Self:  # fmt: skip
+    def flip(self, field: str = "jpg", p: float = 0.5, *, seed: int = 0,
+             processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
         """A horizontal flip with probability ``p``, keyed by the sample and ``seed``."""
         return self._image_step(image.Flip(field, p, seed), processes, executor)
 
-    def to_chw(self, field: str = "jpg") -> Self:
+    def to_chw(self, field: str = "jpg", *, processes: int | None = None,
+               executor: Any = None) -> Self:  # fmt: skip
         """``HxWxC`` -> ``CxHxW``, so ``batch()`` stacks ``NCHW`` (it stacks ``NHWC``
         without it); equal sizes are needed to stack: resize or crop first."""
-        return self._image_step(image.ToCHW(field), 0, None)
+        return self._image_step(image.ToCHW(field), processes, executor)

@@ -22,7 +22,8 @@ from zephon.errors import ConfigError
 from zephon.ops.decode import SkipLedger
 from zephon.ops.fetch import RangeCache
 from zephon.ops.merge import merge_lanes
-from zephon.pipeline.graph import Resources, block_channel, build_lane
+from zephon.pipeline.graph import build_lane
+from zephon.pipeline.resources import Resources, block_channel
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.state import Received, Resume, merge_start
 from zephon.storage import DiskCache, ManagedStorage
@@ -86,6 +87,7 @@ class Run:
             range_cache=RangeCache(spec.range_cache_bytes) if spec.range_cache_bytes else None,
             pool=WorkerPool(size) if size else None,
             ledger=SkipLedger(spec.max_skipped),
+            datasets=list(spec.source.datasets),
             remote={executor: RayPool(executor) for executor in spec.remote_executors()},
         )  # fmt: skip
         # Scanned bytes kept for the first epoch (up to half the budget) count in the fetch

@@ -20,7 +20,7 @@ from zephon.storage import RetryPolicy, StorageLimits
 
 BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec.block_bytes)
 
-__all__ = ["STATEFUL", "PipelineSpec", "Step", "default_rank"]
+__all__ = ["STATEFUL", "PipelineSpec", "Step", "default_rank", "fusable"]
 
 # Steps whose position is part of a checkpoint.
 STATEFUL = ("shuffle", "pack", "apply", "batch_per_dataset", "ensure_mixture")
@@ -64,6 +64,14 @@ class Step:
                     f"bos={t.bos}, eos={t.eos}; {where})")  # fmt: skip
         name = getattr(self.fn, "__name__", type(self.fn).__name__) if self.fn is not None else ""
         return f"{self.kind}({name}; {where})"
+
+
+def fusable(before: Step, after: Step) -> bool:
+    """Whether ``after`` runs in the same worker call as ``before``: both maps or filters
+    on the same workers (the pool, or the same Ray executor)."""
+    kinds = ("map", "filter")
+    return (before.kind in kinds and after.kind in kinds and before.processes > 0
+            and after.processes > 0 and before.executor == after.executor)  # fmt: skip
 
 
 def placed(processes: int, executor: Any) -> str:
@@ -208,7 +216,9 @@ class PipelineSpec:
             f"{self.storage_limits.max_requests} requests)",
             f"  -> decode ({decode})",
         ]
-        lines += [f"  -> {step.label()}" for step in self.steps]
+        for i, step in enumerate(self.steps):
+            same = i and fusable(self.steps[i - 1], step)
+            lines.append(f"  -> {step.label()}" + (" (in the same worker call)" if same else ""))
         for d in ws.datasets:
             whole = sum(1 for index in d.indexes if isinstance(index, StreamIndex | WholeIndex))
             if whole:

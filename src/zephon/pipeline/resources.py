@@ -1,0 +1,87 @@
+"""What the stages of a run share (:class:`Resources`), and the channel and receive helpers
+every stage uses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon.engine.channel import Channel
+from zephon.engine.pool import WorkerPool
+from zephon.engine.raypool import RayPool
+from zephon.engine.runner import timed_receive
+from zephon.engine.stats import StageStats
+from zephon.ops.block import Block
+from zephon.ops.decode import SkipLedger
+from zephon.ops.fetch import RangeCache
+from zephon.pipeline.spec import PipelineSpec
+from zephon.storage import ManagedStorage
+from zephon.storage.gate import CapacityGate
+
+__all__ = ["LANE_CHANNEL", "Resources", "block_channel", "counted"]
+
+LANE_CHANNEL = 4  # blocks buffered between two stages of a lane (fewer if they are large)
+
+
+@dataclass
+class Resources:
+    """What a run's stages share: storage clients, the fetch byte budget (a share per lane:
+    the merge takes lanes in turn, so a lane holding the whole budget would starve the one
+    it waits for), the range cache, the worker pool, the skip ledger and the stage counters."""
+
+    storages: list[ManagedStorage]
+    budgets: dict[int, CapacityGate]
+    range_cache: RangeCache | None
+    pool: WorkerPool | None
+    ledger: SkipLedger
+    datasets: list[Any] = field(default_factory=list)  # the work source's, to name skips
+    stages: dict[str, StageStats] = field(default_factory=dict)
+    encoder: ThreadPoolExecutor | None = None
+    remote: dict[Any, RayPool] = field(default_factory=dict)  # per Ray executor, its actors
+
+    def pool_for(self, executor: Any) -> Any:
+        """Where a step's blocks go: its Ray actors, or the pipeline's process pool."""
+        return self.pool if executor is None else self.remote[executor]
+
+    def stats(self, name: str, concurrency: str = "1") -> StageStats:
+        """A new stage's counters, registered under ``name``."""
+        self.stages[name] = stats = StageStats(name, concurrency)
+        return stats
+
+    def encoder_thread(self) -> ThreadPoolExecutor:
+        """The run's helper thread for in-process steps (made on first use)."""
+        self.encoder = self.encoder or ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
+        return self.encoder
+
+    def skipped(self, ref: Any, message: str) -> None:
+        """Record a sample a step skipped under ``on_error="skip"`` (``ref``: its
+        ``(dataset, shard, sample)``, or the refs of a batch or packed sequence)."""
+        while isinstance(ref, list) and ref:  # a batch or packed sequence: its first sample
+            ref = ref[0]
+        if isinstance(ref, tuple) and len(ref) == 3 and self.datasets:
+            ds = self.datasets[ref[0]]
+            self.ledger.add(ds.name, ds.shards[ref[1]].uri, int(ref[2]), message)
+        else:
+            self.ledger.add("?", "?", -1, f"{message} (at {ref!r})")
+
+
+def block_channel(capacity: int, spec: PipelineSpec) -> Channel[Block]:
+    """A channel of at most ``capacity`` blocks and about ``spec.block_bytes``."""
+    return Channel(capacity, spec.block_bytes, _weight)
+
+
+def _weight(block: Block) -> int:
+    return block.nbytes
+
+
+async def counted(source: Channel[Block], stats: StageStats) -> AsyncIterator[Block]:
+    """Blocks from ``source``, counted in and timed as waits of the stage."""
+    while True:
+        try:
+            block = await timed_receive(source, stats)
+        except StopAsyncIteration:
+            return
+        stats.items_in += len(block.items)
+        yield block

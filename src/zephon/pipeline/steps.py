@@ -1,0 +1,150 @@
+"""The stages of a lane after its chunks are assembled: one per step of the chain.
+
+Adjacent ``map``/``filter`` steps placed on the same workers run as one stage (a
+:class:`~zephon.ops.transform.Chain`): a block crosses to a worker and back once for all of
+them. The chain, and so every checkpoint, is unchanged: fusing only decides where work runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from zephon.engine.channel import Channel, closing
+from zephon.engine.runner import ordered, stage, timed_send
+from zephon.engine.stats import StageStats
+from zephon.ops.batch import batch_blocks
+from zephon.ops.block import Block, Mark
+from zephon.ops.group import per_dataset_batches
+from zephon.ops.mixture import ensure_mixture
+from zephon.ops.pack import pack_blocks
+from zephon.ops.shuffle import shuffle_blocks
+from zephon.ops.transform import Chain, apply_block, run_apply
+from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
+from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step, fusable
+
+__all__ = ["fused", "start_steps"]
+
+
+def fused(steps: tuple[Step, ...], indices: range) -> list[tuple[str, Step]]:
+    """The stages that run ``steps[indices]``: each with its name (``map#3``, or ``map#3+4``
+    for two steps fused) and its step."""
+    out: list[tuple[str, Step]] = []
+    group: list[int] = []
+
+    def close() -> None:
+        if len(group) == 1:
+            out.append((f"{steps[group[0]].kind}#{group[0]}", steps[group[0]]))
+        elif group:
+            chain = Chain([(steps[i].kind, steps[i].fn) for i in group])
+            first = steps[group[0]]
+            processes = max(steps[i].processes for i in group)
+            name = "map#" + "+".join(map(str, group))
+            out.append((name, Step("map", chain, processes, executor=first.executor)))
+        group.clear()
+
+    for i in indices:
+        if group and not fusable(steps[group[-1]], steps[i]):
+            close()
+        group.append(i)
+    close()
+    return out
+
+
+def start_steps(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, tag: str,
+    current: Channel[Block], indices: range, lane: int, resume_mark: Mark | None,
+) -> Channel[Block]:  # fmt: skip
+    """Start the steps ``indices`` of the chain on ``current``; returns their output."""
+    depth = sum(step.kind in STATEFUL for step in spec.steps[: indices.start])
+    for label, step in fused(spec.steps, indices):
+        source, out = current, block_channel(LANE_CHANNEL, spec)
+        name = f"{label}[{tag}]"
+        stats = res.stats(name, str(step.processes or 1))
+        if step.kind in STATEFUL:
+            at = _step_resume(resume_mark, depth)
+            body = _stateful(step, lane, source, out, stats, depth, at)
+            depth += 1
+        elif step.processes:
+            body = _pooled(tg, spec, res, step, source, out, stats, name)
+        elif step.kind == "batch":
+            body = _batch(step, lane, source, out, stats)
+        else:
+            body = _in_process(spec, res, step, source, out, stats, name)
+        tg.create_task(stage(name, stats, body))
+        current = out
+    return current
+
+
+def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
+    """A stateful step's resume point: the mark as the steps before it saw it, and its own
+    state."""
+    if mark is None:
+        return None
+    lane, cursor, delivered, ops, hw = mark
+    return (lane, cursor, delivered, ops[:depth], hw), ops[depth]
+
+
+async def _pooled(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, step: Step,
+    source: Channel[Block], out: Channel[Block], stats: StageStats, name: str,
+) -> None:  # fmt: skip
+    """map / filter / tokenize in the worker pool or on Ray actors, ``step.processes``
+    blocks in flight."""
+    pool = res.pool_for(step.executor)
+    on_skip = res.skipped if spec.on_error == "skip" else None
+
+    async def one(block: Block) -> Block:
+        return await apply_block(step.kind, step.fn, block, pool, name, on_skip=on_skip)
+
+    await ordered(tg, source, one, out, step.processes, stats,
+                  deterministic=spec.deterministic, size=len)  # fmt: skip
+
+
+async def _in_process(
+    spec: PipelineSpec, res: Resources, step: Step, source: Channel[Block],
+    out: Channel[Block], stats: StageStats, name: str,
+) -> None:  # fmt: skip
+    """map / filter / tokenize a block at a time on the run's helper thread (async ones in
+    the loop), so fetching and delivery go on meanwhile."""
+    executor = res.encoder_thread()
+    on_skip = res.skipped if spec.on_error == "skip" else None
+    with closing(out):
+        async for block in counted(source, stats):
+            result = await apply_block(step.kind, step.fn, block, None, name, executor,
+                                       on_skip)  # fmt: skip
+            stats.items_out += len(result.items)
+            await timed_send(out, result, stats)
+
+
+async def _batch(
+    step: Step, lane: int, source: Channel[Block], out: Channel[Block], stats: StageStats
+) -> None:
+    with closing(out):
+        async for block in batch_blocks(counted(source, stats), step.size, step.drop_last, lane):
+            stats.items_out += len(block.items)
+            await timed_send(out, block, stats)
+
+
+async def _stateful(
+    step: Step, lane: int, source: Channel[Block], out: Channel[Block], stats: StageStats,
+    depth: int, resume: tuple[Mark, Any] | None,
+) -> None:  # fmt: skip
+    """shuffle, pack and custom ops: their position is part of every mark (at ``depth``)."""
+    blocks = counted(source, stats)
+    if step.kind == "shuffle":
+        stream = shuffle_blocks(blocks, step.size, step.fn, lane, depth, resume)
+    elif step.kind == "apply":
+        stream = run_apply(step.fn, blocks, lane, depth, resume)
+    elif step.kind == "ensure_mixture":
+        weights, weight_by, field_, size, surplus = step.fn
+        stream = ensure_mixture(blocks, weights, weight_by, field_, size, surplus, lane, depth,
+                                resume, stats)  # fmt: skip
+    elif step.kind == "batch_per_dataset":
+        stream = per_dataset_batches(blocks, step.size, step.drop_last, lane, depth, resume)
+    else:
+        stream = pack_blocks(blocks, step.fn, lane, depth, resume)
+    with closing(out):
+        async for block in stream:
+            stats.items_out += len(block.items)
+            await timed_send(out, block, stats)
