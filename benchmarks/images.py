@@ -9,18 +9,33 @@ against a bare loop.
    batch(256), ``processes=2``) against a bare loop doing the same decode and crop on the
    same bytes held in memory by a pool of 2 processes. Images/s over one epoch, first batch,
    bytes fetched.
+3. ``--peers``: ``--images`` such JPEGs (default 20,000) with labels, written by each system's own
+   writer (WebDataset ``TarWriter``, ``litdata.optimize``, ``MDSWriter``), on one moto server at
+   +30 ms; decode -> random-resized-crop 224 -> flip -> batches of 256 with 2 worker processes
+   (Zephon: ``processes=2``; peers: DataLoader ``num_workers=2``), one shuffled epoch each in a
+   fresh process (``benchmarks/peer_images.py`` in each peer's venv), against the bare
+   2-process loop of Zephon's decoder. Images/s, first batch, peak RSS of all processes,
+   requests and bytes fetched.
 
-    .venv/bin/python benchmarks/images.py
+    .venv/bin/python benchmarks/images.py                         # parts 1 and 2
+    .venv/bin/python benchmarks/images.py --peers --images 20000   # part 3
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import io
 import multiprocessing as mp
 import os
+import shutil
 import statistics
+import subprocess
 import tarfile
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -34,10 +49,23 @@ CROP = RandomResizedCrop(224, "jpg", (0.08, 1.0), (3 / 4, 4 / 3), seed=0)
 FLIP = Flip("jpg", 0.5, seed=0)
 
 
-def bare(item: tuple[int, bytes]) -> int:
-    """The bare loop's work for one image: decode, crop, flip (as the pipeline does)."""
-    sample = FLIP(CROP(DECODE({"id": item[0], "jpg": item[1]})))
-    return int(sample["jpg"].shape[0])
+def bare(item: tuple[int, bytes]) -> np.ndarray:
+    """The bare loop's work for one image: decode, crop, flip (as the pipeline does); the
+    pixels go back to the parent, as a trainer needs them."""
+    image: np.ndarray = FLIP(CROP(DECODE({"id": item[0], "jpg": item[1]})))["jpg"]
+    return image
+
+
+def bare_rate(data: list[bytes]) -> float:
+    """Images/s of the bare loop: 2 processes, the bytes in memory, batches of 256 stacked."""
+    with mp.get_context("forkserver").Pool(2) as pool:
+        pool.map(bare, list(enumerate(data[:8])))  # warm the workers
+        t = time.perf_counter()
+        out = pool.imap(bare, enumerate(data), chunksize=16)
+        done = 0
+        while batch := [x for _, x in zip(range(256), out, strict=False)]:
+            done += len(np.stack(batch))
+        return done / (time.perf_counter() - t)
 
 
 def tars(data: list[bytes], shards: int) -> list[bytes]:
@@ -58,11 +86,7 @@ def tars(data: list[bytes], shards: int) -> list[bytes]:
 def pipeline_vs_bare(n: int) -> None:
     data = jpegs(n)
     size = sum(map(len, data))
-    with mp.get_context("forkserver").Pool(2) as pool:
-        pool.map(bare, list(enumerate(data[:8])))  # warm the workers
-        t = time.perf_counter()
-        done = pool.map(bare, list(enumerate(data)), chunksize=16)
-        bare_rate = len(done) / (time.perf_counter() - t)
+    bare = bare_rate(data)
     with MotoServer() as endpoint:
         endpoint.create_bucket("img")
         for s, body in enumerate(tars(data, 8)):
@@ -89,9 +113,9 @@ def pipeline_vs_bare(n: int) -> None:
     rate = images / wall
     print(f"\n# 2. {n:,} JPEGs ({size / 1e6:.0f} MB) in WebDataset tars at +30 ms: "
           "decode + random_resized_crop(224) + flip, 2 processes")  # fmt: skip
-    print(f"bare loop (2 processes, bytes in memory): {bare_rate:,.0f} images/s")
+    print(f"bare loop (2 processes, bytes in memory): {bare:,.0f} images/s")
     print(f"Zephon (processes=2, batch 256):          {rate:,.0f} images/s "
-          f"({rate / bare_rate:.2f}x the bare loop; target >= 0.9x), first batch {first:.2f} s, "
+          f"({rate / bare:.2f}x the bare loop; target >= 0.9x), first batch {first:.2f} s, "
           f"{fetched / 1e6:.0f} MB fetched ({fetched / size:.2f}x the data)")  # fmt: skip
 
 
@@ -110,7 +134,7 @@ def jpegs(n: int) -> list[bytes]:
     return out
 
 
-def main() -> None:
+def part1() -> None:
     data = jpegs(400)
     crop = RandomResizedCrop(224, "jpg", (0.08, 1.0), (3 / 4, 4 / 3), seed=0)
     cases = {
@@ -133,6 +157,118 @@ def main() -> None:
             rates.append(len(data) / (mid - t))
             both.append(len(data) / (end - t))
         print(f"{name:<24} {statistics.median(rates):>13,.0f} {statistics.median(both):>13,.0f}")
+
+
+PEER_ROWS = [  # label, venv (None: ours), system, prefix, extra environment
+    ("Zephon, tars + persistent index", None, "zephon", "wds",
+     {"PEER_FORMAT": "webdataset", "PEER_INDEX": "s3://images/indexes/wds.json"}),
+    ("Zephon, tars (no index)", None, "zephon", "wds", {"PEER_FORMAT": "webdataset"}),
+    ("Zephon, LitData's chunks", None, "zephon", "litdata", {}),
+    ("LitData 0.2.76", "litdata", "litdata", "litdata", {}),
+    ("WebDataset 1.0.2 (http)", "webdataset", "webdataset", "wds", {}),
+    ("MosaicML Streaming 0.13.0", "mosaic", "mosaic", "mds", {}),
+]  # fmt: skip
+
+
+def prepare_peers(endpoint: Any, work: Path, data: list[bytes]) -> dict[str, int]:
+    """Each system's format written by its own writer and uploaded; the bytes of each."""
+    import peers
+
+    client = endpoint.client()
+    client.create_bucket(Bucket="images")
+    folder = work / "jpegs"
+    folder.mkdir()
+    for i, body in enumerate(data):
+        (folder / f"{i:08d}.jpg").write_bytes(body)
+    sizes = {}
+    for peer, prefix in (("webdataset", "wds"), ("litdata", "litdata"), ("mosaic", "mds")):
+        out = work / prefix
+        out.mkdir()
+        subprocess.run([peers.peer_python(peer), str(Path(__file__).parent / "peer_images.py"),
+                        "write", peer, str(folder), str(out)], check=True,
+                       capture_output=True)  # fmt: skip
+        total = 0
+        for path in sorted(p for p in out.rglob("*") if p.is_file()):
+            client.upload_file(str(path), "images", f"{prefix}/{path.relative_to(out)}")
+            total += path.stat().st_size
+        sizes[prefix] = total
+        shutil.rmtree(out)  # the disk holds one copy at a time
+    shutil.rmtree(folder)
+    tars = Dataset.from_path(
+        "imgs",
+        "s3://images/wds/",
+        format="webdataset",
+        storage_options=endpoint.storage_options(),
+        index_cache=False,
+    )
+    asyncio.run(tars.awrite_index("s3://images/indexes/wds.json"))
+    return sizes
+
+
+def part3(n: int, rounds: int) -> None:
+    import peers
+
+    data = jpegs(n)
+    bare = bare_rate(data)
+    work = Path(tempfile.mkdtemp(prefix="zephon-images-"))
+    try:
+        with MotoServer() as endpoint:
+            sizes = prepare_peers(endpoint, work, data)
+            proxy = ProxyProcess(endpoint.endpoint_url, 0.03)
+            proxy.start()
+            runner = Path(__file__).parent / "peer_images.py"
+            try:
+                runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in PEER_ROWS}
+                for _ in range(rounds):  # rounds interleave the systems
+                    for row in PEER_ROWS:
+                        runs[row[0]].append(peers.run_one(row, proxy, endpoint, 2, work,
+                                                          runner, "images"))  # fmt: skip
+            finally:
+                proxy.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results = {label: peers.median_run(v) for label, v in runs.items()}
+    peer_table(results, sizes, n, bare, rounds)
+
+
+def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int, bare: float,
+               rounds: int) -> None:  # fmt: skip
+    """The part 3 table: one row per system, ratios to the best peer and the bare loop."""
+
+    def rate(r: dict[str, Any]) -> float:
+        return r["samples"] / r["wall_s"] if "error" not in r else 0.0
+
+    best = max(rate(results[r[0]]) for r in PEER_ROWS if r[1] is not None)
+    print(f"\n# 3. {n:,} JPEGs at +30 ms: decode -> random-resized-crop 224 -> flip -> batch "
+          f"256, 2 worker processes, median of {rounds}; bare 2-process loop {bare:,.0f} "
+          f"images/s; best peer {best:,.0f} images/s")  # fmt: skip
+    print(f"{'system':<34} {'images/s':>9} {'x best peer':>11} {'x bare':>7} {'first':>7} "
+          f"{'RSS MB':>7} {'disk MB':>8} {'requests':>8} {'MB fetched':>15}")  # fmt: skip
+    for label, _, _, prefix, _ in PEER_ROWS:
+        r = results[label]
+        if "error" in r:
+            print(f"{label:<34} failed: {r['error'].strip().splitlines()[-1][:90]}")
+            continue
+        ok = r["samples"] == n and r["id_sum"] == n * (n - 1) // 2
+        data = sizes[prefix] / 1e6
+        fetched = f"{r['bytes'] / 1e6:.0f} ({r['bytes'] / 1e6 / data:.2f}x)"
+        flags = "" if ok else f"  WRONG: {r['samples']} images"
+        flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
+        print(f"{label:<34} {rate(r):>9,.0f} {rate(r) / best:>10.2f}x {rate(r) / bare:>6.2f}x "
+              f"{r['first_s']:>6.2f}s {r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} "
+              f"{r['requests']:>8} {fetched:>15}{flags}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--peers", action="store_true", help="part 3 only")
+    parser.add_argument("--images", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    if args.peers:
+        part3(args.images, args.rounds)
+        return
+    part1()
     pipeline_vs_bare(4000)
 
 

@@ -41,7 +41,7 @@ VENVS = ROOT / ".venv-peers"
 PEERS = {  # venv name -> what it installs
     "litdata": ["litdata==0.2.76", "torch==2.13.0", "boto3"],
     "mosaic": ["mosaicml-streaming==0.13.0", "torch==2.13.0"],
-    "webdataset": ["webdataset==1.0.2", "torch==2.13.0", "numpy"],
+    "webdataset": ["webdataset==1.0.2", "torch==2.13.0", "numpy", "pillow"],
     "zephon-0.2.0": ["zephon[cloud]==0.2.0"],
 }
 # PyPI's torchvision does not load beside the pinned torch; MDS for text never needs it.
@@ -128,18 +128,18 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
 
 
 def run_one(row: tuple[Any, ...], proxy: ProxyProcess, endpoint: Any, workers: int,
-            work: Path) -> dict[str, Any]:  # fmt: skip
+            work: Path, runner: Path = RUNNER, bucket: str = BUCKET) -> dict[str, Any]:  # fmt: skip
     _, venv, system, prefix, extra = row
     python = sys.executable if venv is None else peer_python(venv)
     cache = Path(tempfile.mkdtemp(dir=work, prefix="cache-"))
-    url = f"{proxy.url}/{BUCKET}/{prefix}" if system == "webdataset" else f"s3://{BUCKET}/{prefix}/"
+    url = f"{proxy.url}/{bucket}/{prefix}" if system == "webdataset" else f"s3://{bucket}/{prefix}/"
     env = {**os.environ, **extra, "AWS_ENDPOINT_URL": proxy.url, "S3_ENDPOINT_URL": proxy.url,
            "AWS_ACCESS_KEY_ID": endpoint.key, "AWS_SECRET_ACCESS_KEY": endpoint.secret,
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
            "ZEPHON_CACHE_DIR": str(cache / "zephon"), "HOME": str(cache)}  # fmt: skip
     proxy.served(reset=True)
     try:
-        out = subprocess.run([python, str(RUNNER), "read", system, url, str(cache), str(workers)],
+        out = subprocess.run([python, str(runner), "read", system, url, str(cache), str(workers)],
                              capture_output=True, text=True, env=env, timeout=240,
                              cwd=str(work))  # fmt: skip
         if out.returncode == 0:

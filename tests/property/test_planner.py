@@ -394,3 +394,20 @@ def test_repeat_loops_small_datasets_until_all_complete() -> None:
     )
     picks = np.concatenate([c.datasets for c in stop.chunks(0, 1)])
     assert (picks == 1).sum() == 50 and (picks == 0).sum() in (49, 50, 51)
+
+
+def test_a_pass_shorter_than_a_chunk_is_still_read_in_runs() -> None:
+    # 1,000 images of ~70 KB in 16 shards: the whole pass is one short window, and reads of
+    # large records follow the chunk's slot order in windows. Its samples are shuffled by
+    # whole runs (dense reads), not one by one.
+    from zephon.plan.manifest import _Records
+
+    sizes = [63] * 15 + [55]
+    layouts = [_Records(RecordIndex(np.arange(n + 1, dtype=np.int64) * 70_000)) for n in sizes]
+    ds = in_memory("images", "images-1000", sizes, layouts)
+    ws = StaticMixtureWorkSource([ds], seed=1, shuffle="block", chunk_size=1024, run_size=64)
+    requests = asyncio.run(collect(ws, 0, 1))
+    pointers = from_requests(requests)
+    assert sorted(pointers) == sorted(stream(StaticMixtureWorkSource([ds], shuffle="none"), 0, 1))
+    assert pointers != sorted(pointers)  # shuffled
+    assert len(requests) <= 200  # a read per run piece; one per sample would be ~850

@@ -125,10 +125,7 @@ class DatasetOrder:
                     p[full] = permute_keyed(p[full], window, keys, at)
             if not full.all():  # the block's last, short window
                 w = domain // window
-                width = domain - w * window
-                tail = ~full
-                key = key_of("window", self.seed, name, pass_, block, w)
-                p[tail] = permute(p[tail], width, key)
+                p[~full] = self._short_window(p[~full], domain - w * window, block, w, pass_)
             pos = windows * window + p
             runs = domain // run  # whole runs moved around the block; a short tail stays put
             whole = pos < runs * run
@@ -138,6 +135,21 @@ class DatasetOrder:
                 moved = per_distinct(pos[whole] // run, partial(permute, n=runs, key=key))
                 pos[whole] = moved * run + pos[whole] % run
             out[mask] = base + pos
+        return out
+
+    def _short_window(self, p: np.ndarray, width: int, block: int, w: int, pass_: int) -> Any:
+        """Positions ``p`` of a window cut short (the pass's last) of ``width`` ranks: its
+        whole runs taken round-robin in a keyed order like a full window's (reads stay
+        dense), the short rest in file order; freely permuted if it holds under two runs."""
+        run, name = self.run_size, self.manifest.name
+        per = width // run
+        if per < 2:
+            return permute(p, width, key_of("window", self.seed, name, pass_, block, w))
+        inside = p < per * run
+        t, slot = np.divmod(p[inside], per)
+        key = key_of("slots", self.seed, name, pass_, block, w)
+        out = p.copy()
+        out[inside] = permute(slot, per, key) * run + t
         return out
 
     @staticmethod
