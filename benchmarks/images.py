@@ -219,8 +219,9 @@ def part3(n: int, rounds: int) -> None:
             runner = Path(__file__).parent / "peer_images.py"
             try:
                 runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in PEER_ROWS}
+                rows = [peers.with_presigned(r, endpoint, proxy.url, "images") for r in PEER_ROWS]
                 for _ in range(rounds):  # rounds interleave the systems
-                    for row in PEER_ROWS:
+                    for row in rows:
                         runs[row[0]].append(peers.run_one(row, proxy, endpoint, 2, work,
                                                           runner, "images"))  # fmt: skip
             finally:

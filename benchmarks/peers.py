@@ -127,6 +127,28 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
 ]
 
 
+def with_presigned(row: tuple[Any, ...], endpoint: Any, via: str, bucket: str = BUCKET
+                   ) -> tuple[Any, ...]:  # fmt: skip
+    """WebDataset reads plain URLs: its row gets presigned ones (the bucket is private),
+    through the latency proxy, in ``PEER_URLS``."""
+    if row[2] != "webdataset":
+        return row
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=via,
+        aws_access_key_id=endpoint.key,
+        aws_secret_access_key=endpoint.secret,
+        region_name="us-east-1",
+    )
+    keys = sorted(o["Key"] for o in endpoint.client().list_objects_v2(
+        Bucket=bucket, Prefix=f"{row[3]}/")["Contents"])  # fmt: skip
+    urls = [client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": k},
+                                          ExpiresIn=3600) for k in keys]  # fmt: skip
+    return (*row[:4], {**row[4], "PEER_URLS": json.dumps(urls)})
+
+
 def run_one(row: tuple[Any, ...], proxy: ProxyProcess, endpoint: Any, workers: int,
             work: Path, runner: Path = RUNNER, bucket: str = BUCKET) -> dict[str, Any]:  # fmt: skip
     _, venv, system, prefix, extra = row
@@ -209,8 +231,9 @@ def main() -> None:
                 try:
                     for workers in args.workers:
                         runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in rows}
+                        signed = [with_presigned(r, endpoint, proxy.url) for r in rows]
                         for _ in range(args.rounds):  # rounds interleave the systems
-                            for row in rows:
+                            for row in signed:
                                 runs[row[0]].append(run_one(row, proxy, endpoint, workers, work))
                         print(f"\n# +{latency} ms per request, "
                               f"{'main process' if not workers else f'{workers} workers'}, "
