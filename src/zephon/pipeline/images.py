@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from zephon.errors import ConfigError
 from zephon.ops import image
+from zephon.ops.objects import FetchField
 from zephon.pipeline.placement import placement
 from zephon.pipeline.spec import PipelineSpec, Step
 
@@ -39,6 +41,21 @@ class ImageSteps:
             processes = 0
         inflight, remote = placement(processes, executor, op, "image step")
         return self._with(Step("map", op, inflight, executor=remote))
+
+    def fetch_field(self, field: str, out: str | None = None, *, prefix: str | None = None,
+                    inflight: int = 32, guess_bytes: int = 1 << 20) -> Self:  # fmt: skip
+        """Read the object ``sample[field]`` names into ``sample[out or field]`` (bytes): a
+        key under ``prefix`` (default: the dataset's root) or a URI in the same store, e.g.
+        a JSONL column of image keys before ``decode_image``. Read through the dataset's
+        storage client (its retries, request limiter and byte budget), ``inflight`` reads
+        per block at a time, one request each for objects up to ``guess_bytes``. A missing
+        object raises ``FormatError`` naming the sample (skipped and counted under
+        ``on_error="skip"``)."""
+        self._check_before_batch("fetch_field")
+        if inflight < 1 or guess_bytes < 1:
+            raise ConfigError("fetch_field needs inflight >= 1 and guess_bytes >= 1")
+        fetch = FetchField(field, out, prefix, guess_bytes)
+        return self._with(Step("fetch_field", fetch, size=inflight))
 
     def decode_image(
         self, field: str = "jpg", mode: str = "RGB", *, backend: str = "auto",

@@ -56,6 +56,8 @@ class Step:
             return f"shuffle(buffer_size={self.size}, seed={self.fn})"
         if self.kind == "pack":
             return str(self.fn.label())
+        if self.kind == "fetch_field":
+            return str(self.fn.__name__)  # how many reads are in flight changes nothing
         if self.kind == "tokenize" and hasattr(self.fn, "describe"):
             return f"{self.fn.describe()[:-1]}; {where})"
         if self.kind == "tokenize":

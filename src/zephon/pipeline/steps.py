@@ -17,6 +17,7 @@ from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block, Mark
 from zephon.ops.group import per_dataset_batches
 from zephon.ops.mixture import ensure_mixture
+from zephon.ops.objects import fetch_block
 from zephon.ops.pack import pack_blocks
 from zephon.ops.shuffle import shuffle_blocks
 from zephon.ops.transform import Chain, apply_block, run_apply
@@ -69,6 +70,8 @@ def start_steps(
             body = _pooled(tg, spec, res, step, source, out, stats, name)
         elif step.kind == "batch":
             body = _batch(step, lane, source, out, stats)
+        elif step.kind == "fetch_field":
+            body = _fetch_field(tg, spec, res, step, source, out, stats)
         else:
             body = _in_process(spec, res, step, source, out, stats, name)
         tg.create_task(stage(name, stats, body))
@@ -99,6 +102,20 @@ async def _pooled(
 
     await ordered(tg, source, one, out, step.processes, stats,
                   deterministic=spec.deterministic, size=len)  # fmt: skip
+
+
+async def _fetch_field(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, step: Step,
+    source: Channel[Block], out: Channel[Block], stats: StageStats,
+) -> None:  # fmt: skip
+    """The objects samples name, read in the loop: two blocks in flight, ``step.size``
+    reads each."""
+    on_skip = res.skipped if spec.on_error == "skip" else None
+
+    async def one(block: Block) -> Block:
+        return await fetch_block(step.fn, block, res.storages, res.datasets, step.size, on_skip)
+
+    await ordered(tg, source, one, out, 2, stats, deterministic=spec.deterministic, size=len)
 
 
 async def _in_process(

@@ -134,6 +134,31 @@ class ManagedStorage:
             await asyncio.to_thread(cache.put, uri, version, start, data, end)
         return data
 
+    async def read_object(self, uri: str, guess: int = 1 << 20) -> bytes:
+        """The whole object ``uri`` without asking its size first: one read of its first
+        ``guess`` bytes, which tells the size, then the rest if it is larger. Each read
+        holds its bytes in the budget.
+
+        Raises:
+            NotFound, AccessDenied: at once.
+            TransientStorageError: when every attempt failed.
+        """
+        size = [0]
+
+        async def first() -> bytes:
+            data, size[0] = await self.backend.get_range(uri, 0, guess, None)
+            if len(data) != min(guess, size[0]):
+                self.stats.truncated += 1
+                raise TruncatedRead(f"body of {len(data)} bytes for the range [0, {guess})",
+                                    uri=uri)  # fmt: skip
+            return data
+
+        async with self.budget.hold(min(guess, self.limits.max_inflight_bytes)):
+            head = await self._retrying(uri, first)
+        if size[0] <= guess:
+            return head
+        return head + await self.read(uri, guess, size[0])
+
     async def _read_once(self, uri: str, start: int, stop: int, version: str | None) -> bytes:
         data, size = await self.backend.get_range(uri, start, stop, version)
         expected = max(0, min(stop, size) - start)
