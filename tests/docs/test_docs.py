@@ -52,6 +52,15 @@ def _image_tar(shard: int, n: int = 16) -> bytes:
     return out.getvalue()
 
 
+def _tar_members(tar: bytes, ext: str) -> list[tuple[str, bytes]]:
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        return [(m.name, t.extractfile(m).read())  # type: ignore[union-attr]
+                for m in t.getmembers() if m.name.endswith(ext)]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with ``tokenizer.json``, and ``s3://bucket/`` holding web (JSONL), code
@@ -83,6 +92,12 @@ def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -
                 client.put_object(Bucket="bucket", Key=f"{prefix}/{f.name}", Body=f.read_bytes())
     for s in range(2):  # images: WebDataset tars of JPEGs (varied sizes) with captions
         client.put_object(Bucket="bucket", Key=f"images/pairs-{s}.tar", Body=_image_tar(s))
+    rows = []  # captions: JSONL naming JPEGs stored as objects under photos/
+    for i, (name, data) in enumerate(_tar_members(_image_tar(2), "jpg")):
+        client.put_object(Bucket="bucket", Key=f"photos/{name}", Body=data)
+        rows.append(json.dumps({"caption": f"photo {i}", "image_key": name}))
+    client.put_object(Bucket="bucket", Key="captions/part-0.jsonl",
+                      Body=("\n".join(rows) + "\n").encode())  # fmt: skip
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     trainer = trainers.BpeTrainer(vocab_size=100, special_tokens=["[UNK]", "<s>", "</s>"])

@@ -45,8 +45,9 @@ class Pipeline(TextSteps, ImageSteps):
         lanes: logical streams (default ``world_size``); must be a multiple of ``world_size``.
             Rank ``r`` owns lanes ``[r * lanes / world_size, (r + 1) * lanes / world_size)``.
         deterministic: ``False`` delivers in completion order instead of curriculum order.
-        on_error: ``"raise"``, or ``"skip"`` samples that fail to decode (counted, listed in
-            ``stats()``) up to ``max_skipped``.
+        on_error: ``"raise"``, or ``"skip"`` bad samples (counted, listed in ``stats()``) up
+            to ``max_skipped``: those that fail to decode, and those for which a step raises
+            ``FormatError`` (a corrupt image, a missing named object).
         fetch_budget_bytes: fetched bytes held in the pipeline at most.
         max_inflight_requests: reads in flight per lane at most.
         limits: storage client bounds.
