@@ -411,3 +411,20 @@ def test_a_pass_shorter_than_a_chunk_is_still_read_in_runs() -> None:
     assert sorted(pointers) == sorted(stream(StaticMixtureWorkSource([ds], shuffle="none"), 0, 1))
     assert pointers != sorted(pointers)  # shuffled
     assert len(requests) <= 200  # a read per run piece; one per sample would be ~850
+
+
+@SETTINGS
+@given(st.integers(1, 64), st.sampled_from(["block", "global", "shards"]))
+def test_a_read_window_changes_the_reads_never_the_samples(window_mb: int, shuffle: str) -> None:
+    from zephon.plan.manifest import _Records
+
+    sizes = [63] * 15 + [55]
+    layouts = [_Records(RecordIndex(np.arange(n + 1, dtype=np.int64) * 70_000)) for n in sizes]
+    ds = in_memory("images", "images-w", sizes, layouts)
+    ws = StaticMixtureWorkSource([ds], seed=2, shuffle=shuffle, chunk_size=256, run_size=16,
+                                 max_request_bytes=1 << 20, stop_after_passes=2)  # fmt: skip
+    plain_reads = asyncio.run(collect(ws, 0, 1))
+    wide = asyncio.run(collect(ws, 0, 1, window_bytes=window_mb << 20))
+    assert from_requests(wide) == from_requests(plain_reads) == stream(ws, 0, 1)
+    if shuffle == "block" and window_mb >= 4:
+        assert len(wide) < len(plain_reads)  # wider windows: longer runs per read

@@ -15,6 +15,7 @@ bounded: workers still alive after it are terminated, then killed.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import multiprocessing
 import signal
 import time
@@ -41,6 +42,19 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def _import_all(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            continue
+
+
+def _ignore_result(future: Any) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: never "exception was never retrieved"
+
+
 class WorkerPool:
     """A lazily started :class:`ProcessPoolExecutor` with typed crash reporting."""
 
@@ -60,6 +74,14 @@ class WorkerPool:
             if queue is not None:
                 queue.cancel_join_thread()
         return self._executor
+
+    def prestart(self, modules: Sequence[str] = ()) -> None:
+        """Start the workers now and have each import ``modules`` (the steps' own), so
+        their start-up overlaps planning and the first fetches instead of delaying the
+        first block. Errors are left for the first real call to report."""
+        executor = self._get()
+        for _ in range(self.processes):
+            executor.submit(_import_all, tuple(modules)).add_done_callback(_ignore_result)
 
     async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker. Exceptions raised by ``fn`` come back with their type."""

@@ -71,6 +71,11 @@ class RayPool:
         self._actors = [self._remote.remote() for _ in range(config.num_actors)]
         self._load = [0] * config.num_actors
 
+    @property
+    def processes(self) -> int:
+        """How many actors share the work."""
+        return int(self.config.num_actors)
+
     def prestart(self) -> None:
         """Connect and start the actors in the background (a run calls this at its start, so
         actor start-up overlaps planning and the first fetches)."""

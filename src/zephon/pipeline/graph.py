@@ -68,7 +68,7 @@ def _segment(
     tag = str(lane) if tag is None else tag
     requests = spec.source.requests(
         lane, lanes, resume=resume["state"] if resume is not None else None,
-        history=history, until=until,
+        history=history, until=until, window_bytes=spec.read_window_bytes,
     )  # fmt: skip
     budget = res.budgets[lane if owner is None else owner]  # the share of the lane it feeds
     fetched = _fetch(tg, spec, res, tag, requests, budget)

@@ -102,6 +102,8 @@ class Run:
         res.budgets.update((lane, CapacityGate(share)) for lane in spec.my_lanes)
         for remote in res.remote.values():
             remote.prestart()
+        if res.pool is not None:
+            res.pool.prestart(spec.step_modules())
         try:
             try:
                 await calibrate(spec, res.storages)

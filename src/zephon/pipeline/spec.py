@@ -160,6 +160,17 @@ class PipelineSpec:
         return min(BLOCK_BYTES, max(1 << 20, self.fetch_budget_bytes // 4))
 
     @property
+    def read_window_bytes(self) -> int:
+        """How much of a chunk of large records a lane reads (and puts back in order) at a
+        time: half its share of the fetch budget, within one to four of the largest reads. A
+        block-shuffled chunk interleaves many runs, so a window of one read's bytes cuts
+        each run into reads of a few records (images: ~7 per read), and at tens of
+        milliseconds per request the count of reads matters."""
+        largest = self.source.max_request_bytes
+        share = self.fetch_budget_bytes // max(1, len(self.my_lanes)) // 2
+        return max(largest, min(4 * largest, share))
+
+    @property
     def storage_limits(self) -> StorageLimits:
         assert self.limits is not None  # set in __post_init__
         return self.limits
@@ -184,6 +195,14 @@ class PipelineSpec:
         """Worker processes the run needs: the most any step placed on the pool asks for."""
         local = [step.processes for step in self.steps if step.executor is None]
         return max([self.decode_processes if self.decode_executor is None else 0, *local])
+
+    def step_modules(self) -> list[str]:
+        """The modules of the functions run in worker processes (what a worker imports
+        before its first block), the decoders' included."""
+        fns = [d.codec for d in self.source.datasets] if self.decode_processes else []
+        fns += [step.fn for step in self.steps if step.processes and step.executor is None]
+        names = [getattr(fn, "__module__", None) or type(fn).__module__ for fn in fns]
+        return list(dict.fromkeys(n for n in names if n and n != "__main__"))
 
     def remote_executors(self) -> list[Any]:
         """The distinct Ray executors of the decode and the steps."""

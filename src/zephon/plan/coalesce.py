@@ -79,12 +79,16 @@ def coalesce_chunks(
     gap_bytes: int,
     max_bytes: int,
     chunk_size: int,
+    window_bytes: int | None = None,
 ) -> list[PlannedReads]:
     """The reads of consecutive chunks at once: pointers ``[j * chunk_size, (j + 1) *
     chunk_size)`` form chunk ``j`` (the last may be shorter). No read spans two chunks, so
     each chunk's reads are exactly those of planning it alone, for a fraction of the numpy
     calls per chunk. Long because it is one sequence of array passes over the same columns
-    (sort, cut, group); split, it would pass a dozen arrays between helpers."""
+    (sort, cut, group); split, it would pass a dozen arrays between helpers.
+
+    ``window_bytes`` (default ``max_bytes``): large records are read within windows of the
+    chunk of about this many bytes (what whoever puts them back in order holds)."""
     n = len(datasets)
     slots = np.arange(n, dtype=np.int64)
     chunk = slots // chunk_size
@@ -111,8 +115,8 @@ def coalesce_chunks(
             else:
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
-    windows = _slot_windows(datasets, units, starts, stops, slots % chunk_size, max_bytes,
-                            chunk_size)  # fmt: skip
+    windows = _slot_windows(datasets, units, starts, stops, slots % chunk_size,
+                            window_bytes or max_bytes, chunk_size)  # fmt: skip
     keys = (datasets, shards, units, windows, starts)
     ordered = in_order(keys, within=chunk)  # storage order already (no shuffle, say)
     if ordered:

@@ -71,9 +71,10 @@ class LanePlanner:
 
     def __init__(
         self, source: StaticMixtureWorkSource, lane: int, splits: Sequence[Draws],
-        chunks_at_once: int | None = None,
+        chunks_at_once: int | None = None, window_bytes: int | None = None,
     ) -> None:  # fmt: skip
         self.source = source
+        self.window_bytes = window_bytes  # see coalesce_chunks
         self.lane = lane
         self.splits = splits
         self.at_once = CHUNKS_AT_ONCE if chunks_at_once is None else chunks_at_once
@@ -121,7 +122,7 @@ class LanePlanner:
                 where = picks == d
                 shards[where], samples[where] = self._locate(d, int(counts[d]), int(taken[d]))
         reads = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
-                                src.max_request_bytes, n)  # fmt: skip
+                                src.max_request_bytes, n, self.window_bytes)  # fmt: skip
         chunks = len(reads)
         if len(drawn) == 1:  # every pointer is that dataset's: chunk lengths are the counts
             per_chunk = np.zeros((chunks, k), np.int64)
@@ -168,7 +169,8 @@ class LanePlanner:
         nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + len(picks),
                      tuple(int(c) for c in counts + taken), tuple(tokens_after))  # fmt: skip
         (reads,) = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
-                                   src.max_request_bytes, len(picks))  # fmt: skip
+                                   src.max_request_bytes, len(picks),
+                                   self.window_bytes)  # fmt: skip
         return WorkChunk(cursor, picks, shards, samples, reads, nxt, src.manifests)
 
     def _locate(self, d: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -324,10 +324,12 @@ class StaticMixtureWorkSource:
 
     def chunks(
         self, lane: int = 0, lanes: int = 1, start: Cursor | None = None,
-        history: Sequence[Mapping[str, Any]] = (),
+        history: Sequence[Mapping[str, Any]] = (), window_bytes: int | None = None,
     ) -> Iterator[WorkChunk]:  # fmt: skip
         """Plan lane ``lane`` of ``lanes`` chunk by chunk from ``start`` (default: the start),
-        after the re-laning ``history`` (default: none).
+        after the re-laning ``history`` (default: none). ``window_bytes`` (default
+        ``max_request_bytes``): a chunk of large records is read within windows of about
+        this many bytes of the curriculum; it changes the reads, never the samples.
 
         A pure, synchronous generator: the same arguments give the same chunks.
         """
@@ -336,17 +338,20 @@ class StaticMixtureWorkSource:
         cursor = start or self.start(lane)
         if cursor.lane != lane:
             raise ConfigError(f"cursor is for lane {cursor.lane}, not {lane}")
-        return LanePlanner(self, lane, self.splits(lanes, history)).chunks(cursor)
+        planner = LanePlanner(self, lane, self.splits(lanes, history), window_bytes=window_bytes)
+        return planner.chunks(cursor)
 
     async def requests(
         self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None,
         history: Sequence[Mapping[str, Any]] = (), until: int | None = None,
+        window_bytes: int | None = None,
     ) -> AsyncIterator[RangeRequest]:  # fmt: skip
         """Range requests of lane ``lane`` of ``lanes`` in curriculum order.
 
         With ``resume`` (a :meth:`state` dict), continues after the pointers it records as
         delivered; ``history`` is the re-laning history (:meth:`splits`); ``until``: stop
-        before the lane's pointer at that position (counted from the lane's start). Planning is
+        before the lane's pointer at that position (counted from the lane's start);
+        ``window_bytes`` as in :meth:`chunks`. Planning is
         synchronous and cheap; control returns to the event loop once
         a millisecond of it has run (about eight chunks), so the other stages stay responsive
         while the requests run as far ahead as the consumer of this iterator lets them.
@@ -355,7 +360,7 @@ class StaticMixtureWorkSource:
         if resume is not None:
             start, skip = self.check_state(resume, lanes)
         since = time.perf_counter()
-        for chunk in self.chunks(lane, lanes, start, history):
+        for chunk in self.chunks(lane, lanes, start, history, window_bytes):
             end = chunk.cursor.position + len(chunk) if until is None else until
             if end <= chunk.cursor.position:
                 return
