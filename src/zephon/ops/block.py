@@ -227,6 +227,30 @@ class Block:
         return Block(self.lane, self.items, self._refs, self._marks, self.nbytes,
                      {**self.extra, **extra}, rows=self._rows)  # fmt: skip
 
+    def split(self, count: int) -> list[Block]:
+        """The block cut into up to ``count`` consecutive blocks of about equal length:
+        fetched bytes shared in proportion, ``extra`` (a lane position after the last item)
+        kept by the last."""
+        n = len(self.items)
+        if count <= 1 or n <= 1:
+            return [self]
+        step = -(-n // min(count, n))
+        rows = self._rows if isinstance(self._rows, ChunkRows) and self._refs is None else None
+        out = []
+        for at in range(0, n, step):
+            end = min(n, at + step)
+            nbytes = self.nbytes * end // n - self.nbytes * at // n
+            extra = self.extra if end == n else {}
+            if rows is not None:
+                part = ChunkRows(rows.lane, rows.cursor, rows.dataset[at:end], rows.shard[at:end],
+                                 rows.sample[at:end], rows.delivered[at:end])  # fmt: skip
+                out.append(Block(self.lane, self.items[at:end], nbytes=nbytes, extra=extra,
+                                 rows=part))  # fmt: skip
+            else:
+                out.append(Block(self.lane, self.items[at:end], self.refs[at:end],
+                                 self.marks[at:end], nbytes, extra))  # fmt: skip
+        return out
+
     def with_items(self, items: list[Any]) -> Block:
         """The same provenance for new items, one for one (a map)."""
         return Block(self.lane, items, self._refs, self._marks, self.nbytes, self.extra,

@@ -27,6 +27,7 @@ from zephon.errors import ConfigError, FormatError
 __all__ = ["CenterCrop", "DecodeImage", "Flip", "RandomResizedCrop", "Resize", "ToCHW"]
 
 _JPEG = b"\xff\xd8\xff"
+WORKER_IMPORTS = ("simplejpeg", "PIL.Image")  # imported lazily; a worker pool preloads them
 
 
 def _image_bytes(value: Any, field: str) -> bytes:

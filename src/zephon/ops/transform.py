@@ -13,9 +13,7 @@ from zephon.errors import FormatError, StateMismatch
 from zephon.ops.block import Block, Mark, Provenance, high_water, ref_at
 from zephon.ops.shuffle import start_mark
 
-__all__ = ["PIECES_PER_WORKER", "Chain", "apply_block", "run_apply", "run_batch"]
-
-PIECES_PER_WORKER = 2  # a pooled block is cut into this many pieces per worker
+__all__ = ["Chain", "apply_block", "run_apply", "run_batch"]
 
 
 def _describe(ref: Any) -> str:
@@ -122,7 +120,9 @@ async def apply_block(
         return block.with_items(results)
     skip = on_skip is not None
     if pool is not None:
-        results, failed = await _in_pieces(pool, stage_name, kind, fn, block, skip)
+        results, failed = await pool.run(
+            stage_name, run_batch, kind, fn, block.items, block.provenance(), skip
+        )
     elif inspect.iscoroutinefunction(fn):
         results, failed = await _await_each(kind, fn, block, skip)
     else:
@@ -149,24 +149,6 @@ async def apply_block(
     if not items and block.marks:
         out.extra["last_mark"] = block.marks[-1]  # an emptied block still moves the lane on
     return out
-
-
-async def _in_pieces(
-    pool: Any, stage: str, kind: str, fn: Callable[[Any], Any], block: Block, skip: bool
-) -> tuple[list[Any], list[tuple[int, str]]]:
-    """:func:`run_batch` over ``block`` in the pool, cut into up to ``PIECES_PER_WORKER``
-    pieces per worker run at once: every worker shares a large block's work (images: a
-    few hundred per block at milliseconds each), so its results come sooner."""
-    items, refs = block.items, block.provenance()
-    count = max(1, min(len(items), PIECES_PER_WORKER * int(getattr(pool, "processes", 1))))
-    step = -(-len(items) // count) if items else 1
-    starts = range(0, max(1, len(items)), step)
-    parts = await asyncio.gather(*(pool.run(stage, run_batch, kind, fn, items[at : at + step],
-                                            refs, skip, at) for at in starts))  # fmt: skip
-    results = [r for part, _ in parts for r in part]
-    failed = [(at + pos, message)
-              for (_, f), at in zip(parts, starts, strict=True) for pos, message in f]  # fmt: skip
-    return results, failed
 
 
 async def _await_each(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -202,7 +203,10 @@ class PipelineSpec:
         fns = [d.codec for d in self.source.datasets] if self.decode_processes else []
         fns += [step.fn for step in self.steps if step.processes and step.executor is None]
         names = [getattr(fn, "__module__", None) or type(fn).__module__ for fn in fns]
-        return list(dict.fromkeys(n for n in names if n and n != "__main__"))
+        names = [n for n in names if n and n != "__main__"]
+        # and what those modules import lazily, for their workers (e.g. the JPEG decoder)
+        extra = [m for n in names for m in getattr(sys.modules.get(n), "WORKER_IMPORTS", ())]
+        return list(dict.fromkeys([*names, *extra]))
 
     def remote_executors(self) -> list[Any]:
         """The distinct Ray executors of the decode and the steps."""

@@ -8,6 +8,7 @@ them. The chain, and so every checkpoint, is unchanged: fusing only decides wher
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from zephon.engine.channel import Channel, closing
@@ -24,7 +25,9 @@ from zephon.ops.transform import Chain, apply_block, run_apply
 from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
 from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step, fusable
 
-__all__ = ["fused", "start_steps"]
+__all__ = ["PIECE_BYTES", "fused", "start_steps"]
+
+PIECE_BYTES = 4 << 20  # fetched bytes per piece of a block sent to a worker
 
 
 def fused(steps: tuple[Step, ...], indices: range) -> list[tuple[str, Step]]:
@@ -92,15 +95,24 @@ async def _pooled(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, step: Step,
     source: Channel[Block], out: Channel[Block], stats: StageStats, name: str,
 ) -> None:  # fmt: skip
-    """map / filter / tokenize in the worker pool or on Ray actors, ``step.processes``
-    blocks in flight."""
+    """map / filter / tokenize in the worker pool or on Ray actors. Blocks are cut into
+    pieces of about ``PIECE_BYTES`` of fetched data (at least two per worker), and two
+    pieces per worker are in flight: every worker shares a large block (a few hundred images
+    at milliseconds each), and each piece moves on as soon as it is done."""
     pool = res.pool_for(step.executor)
     on_skip = res.skipped if spec.on_error == "skip" else None
+    workers = step.processes if step.executor is not None else getattr(pool, "processes", 1)
+
+    async def pieces() -> AsyncIterator[Block]:
+        async for block in source:
+            count = max(2 * workers, -(-block.nbytes // PIECE_BYTES))
+            for piece in block.split(count):
+                yield piece
 
     async def one(block: Block) -> Block:
         return await apply_block(step.kind, step.fn, block, pool, name, on_skip=on_skip)
 
-    await ordered(tg, source, one, out, step.processes, stats,
+    await ordered(tg, pieces(), one, out, max(step.processes, 2 * workers), stats,
                   deterministic=spec.deterministic, size=len)  # fmt: skip
 
 

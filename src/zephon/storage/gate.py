@@ -25,10 +25,13 @@ class CapacityGate:
     so an oversized read slows the stream down instead of deadlocking it.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, start: int | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self._capacity = capacity
+        # With ``start``, a slow start: the capacity begins there and grows by what is
+        # released, up to ``capacity`` (it doubles about once per turnover).
+        self._limit = capacity
+        self._capacity = capacity if start is None else max(1, min(start, capacity))
         self._held = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
@@ -41,7 +44,7 @@ class CapacityGate:
         return self._held
 
     def set_capacity(self, capacity: int) -> None:
-        self._capacity = max(1, capacity)
+        self._capacity = self._limit = max(1, capacity)
         self._wake()
 
     def _fits(self, n: int) -> bool:
@@ -66,6 +69,8 @@ class CapacityGate:
 
     def release(self, n: int = 1) -> None:
         self._held -= n
+        if self._capacity < self._limit:
+            self._capacity = min(self._limit, self._capacity + n)
         self._wake()
 
     def _wake(self) -> None:
