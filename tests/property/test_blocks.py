@@ -79,3 +79,20 @@ def test_the_assembler_emits_chunks_in_slot_order_whatever_its_byte_bound(
         assert all(rows.cursor.chunk == x // 1000 for x in items)
     if max_bytes == 1 << 62:
         assert len(emitted) == len(chunks)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 50), st.integers(1, 12), st.integers(0, 10_000), st.booleans())
+def test_split_pieces_rejoin_into_the_block(n: int, count: int, nbytes: int, rows: bool) -> None:
+    block = lane_block(1, n)
+    if not rows:  # a block with plain lists of refs and marks (after a filter, say)
+        block = Block(1, block.items, block.refs, block.marks, 0)
+    block.nbytes = nbytes
+    block.extra["last_mark"] = ("after", n)
+    pieces = block.split(count)
+    assert 1 <= len(pieces) <= max(1, min(count, n))
+    assert [x for p in pieces for x in p.items] == block.items
+    assert [r for p in pieces for r in p.refs] == block.refs
+    assert [m for p in pieces for m in p.marks] == block.marks
+    assert sum(p.nbytes for p in pieces) == nbytes  # the budget's bytes, shared exactly
+    assert [bool(p.extra) for p in pieces] == [False] * (len(pieces) - 1) + [True]  # the last

@@ -89,3 +89,19 @@ def test_invalid_bounds_are_rejected() -> None:
         CapacityGate(0)
     with pytest.raises(ValueError):
         AdaptiveConcurrency(4, min_requests=5)
+
+
+async def test_a_slow_start_grows_by_what_is_released_up_to_the_capacity() -> None:
+    gate = CapacityGate(100, start=10)
+    assert gate.capacity == 10
+    await gate.acquire(10)
+    waiter = asyncio.create_task(gate.acquire(15))
+    await asyncio.sleep(0)
+    assert not waiter.done()  # beyond the starting capacity
+    gate.release(10)  # used: the capacity grows by as much
+    await waiter
+    assert gate.capacity == 20 and gate.held == 15
+    for _ in range(20):
+        await gate.acquire(5)
+        gate.release(5)
+    assert gate.capacity == 100  # never beyond the limit
