@@ -20,7 +20,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from peer_run import TreeRSS, _without_torchvision, disk_bytes
+from peer_run import TreeRSS, _without_torchvision, cli, disk_bytes
 
 BATCH, SIZE = 256, 224
 
@@ -196,13 +195,5 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
             "disk_mb": disk_bytes(cache) / 2**20}  # fmt: skip
 
 
-def main() -> None:
-    if sys.argv[1] == "write":
-        WRITERS[sys.argv[2]](sys.argv[3], sys.argv[4])
-        return
-    system, url, cache, workers = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-    print(json.dumps(read(system, url, cache, workers)), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    cli(read, WRITERS)

@@ -285,13 +285,15 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
             "disk_mb": disk_bytes(cache) / 2**20}  # fmt: skip
 
 
-def main() -> None:
+def cli(read: Callable[[str, str, str, int], dict[str, Any]],
+        writers: dict[str, Callable[[str, str], None]]) -> None:  # fmt: skip
+    """``write SYSTEM IN OUT`` or ``read SYSTEM URL CACHE WORKERS`` (one JSON line)."""
     if sys.argv[1] == "write":
-        WRITERS[sys.argv[2]](sys.argv[3], sys.argv[4])
+        writers[sys.argv[2]](sys.argv[3], sys.argv[4])
         return
     system, url, cache, workers = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
     print(json.dumps(read(system, url, cache, workers)), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    cli(read, WRITERS)

@@ -1,7 +1,8 @@
 """Text-image pairs from WebDataset tars: decode, augment, batch, checkpoint and resume.
 
 Writes a tiny WebDataset (JPEGs of varied sizes with captions) to a temporary directory, then
-streams it: decode_image -> random_resized_crop(64) -> flip -> to_chw -> batch(8). Each batch
+streams it: decode_image -> random_resized_crop(64) -> flip -> to_chw (in 2 worker processes,
+one call per piece of a block) -> batch(8). Each batch
 is one contiguous uint8 NCHW array and a list of captions. Half-way through, the pipeline's
 checkpoint is taken; a new pipeline restored from it yields exactly the rest.
 
@@ -39,10 +40,10 @@ def write_shards(root: Path, shards: int = 2, per_shard: int = 24) -> None:
 def build(ds: Dataset) -> Pipeline:
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
     return (Pipeline(ws, rank=0, world_size=1)
-            .decode_image("jpg", max_size=64)        # JPEG draft mode: decode no more than needed
-            .random_resized_crop(64, seed=0)         # keyed by the sample: resumes exactly
-            .flip(seed=0)
-            .to_chw()
+            .decode_image("jpg", max_size=64, processes=2)  # 2 workers; JPEG draft mode
+            .random_resized_crop(64, seed=0)    # keyed by the sample: resumes exactly
+            .flip(seed=0)                       # these run in the same worker call as decode:
+            .to_chw()                           # only the 64 px crop comes back
             .batch(8))  # fmt: skip
 
 

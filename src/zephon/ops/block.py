@@ -251,6 +251,18 @@ class Block:
                                  self.marks[at:end], nbytes, extra))  # fmt: skip
         return out
 
+    def kept(self, keep: list[bool], items: list[Any]) -> Block:
+        """The block with only the items ``keep`` marks, ``items`` their new values (a map
+        or filter that dropped some); an emptied block still moves its lane on."""
+        if all(keep):
+            return self.with_items(items)
+        refs = [r for r, k in zip(self.refs, keep, strict=True) if k]
+        marks = [m for m, k in zip(self.marks, keep, strict=True) if k]
+        out = Block(self.lane, items, refs, marks, self.nbytes, dict(self.extra))
+        if not items and self.marks:
+            out.extra["last_mark"] = self.marks[-1]
+        return out
+
     def with_items(self, items: list[Any]) -> Block:
         """The same provenance for new items, one for one (a map)."""
         return Block(self.lane, items, self._refs, self._marks, self.nbytes, self.extra,

@@ -76,13 +76,4 @@ async def fetch_block(
     async with asyncio.TaskGroup() as tg:
         tasks = [tg.create_task(one(pos, item)) for pos, item in enumerate(block.items)]
     results = [t.result() for t in tasks]
-    if all(r is not None for r in results):
-        return block.with_items(results)
-    keep = [r is not None for r in results]
-    items = [r for r in results if r is not None]
-    refs = [r for r, k in zip(block.refs, keep, strict=True) if k]
-    marks = [m for m, k in zip(block.marks, keep, strict=True) if k]
-    out = block.replace(items, refs, marks)
-    if not items and block.marks:
-        out.extra["last_mark"] = block.marks[-1]  # an emptied block still moves the lane on
-    return out
+    return block.kept([r is not None for r in results], [r for r in results if r is not None])

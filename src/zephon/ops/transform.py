@@ -141,14 +141,7 @@ async def apply_block(
     else:
         keep = results
         items = [x for x, k in zip(block.items, keep, strict=True) if k]
-    if all(keep):
-        return block.with_items(items)
-    refs = [r for r, k in zip(block.refs, keep, strict=True) if k]
-    marks = [m for m, k in zip(block.marks, keep, strict=True) if k]
-    out = block.replace(items, refs, marks)
-    if not items and block.marks:
-        out.extra["last_mark"] = block.marks[-1]  # an emptied block still moves the lane on
-    return out
+    return block.kept(keep, items)
 
 
 async def _await_each(
