@@ -24,8 +24,9 @@ CHAINS = {
 # Chains whose operators hold items across a checkpoint: re-laning hands them over.
 HOLDING = {
     "shuffle": lambda p: p.shuffle(17),
+    "shuffle-first-window-in-parts": lambda p: p.shuffle(40, warmup=3).batch(2),
     "filter-shuffle-map-shuffle-batch": lambda p: (
-        p.filter(fns.keep_even).shuffle(11).map(fns.double).shuffle(5).batch(3)
+        p.filter(fns.keep_even).shuffle(11, warmup=2).map(fns.double).shuffle(5).batch(3)
     ),
     "echo-shuffle": lambda p: p.apply(fns.echo_some).shuffle(6),
     "delay": lambda p: p.apply(fns.Delay()).map(fns.undelay),

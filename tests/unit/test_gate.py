@@ -91,17 +91,20 @@ def test_invalid_bounds_are_rejected() -> None:
         AdaptiveConcurrency(4, min_requests=5)
 
 
-async def test_a_slow_start_grows_by_what_is_released_up_to_the_capacity() -> None:
+async def test_a_slow_start_grows_by_what_is_used_up_to_the_capacity() -> None:
     gate = CapacityGate(100, start=10)
     assert gate.capacity == 10
-    await gate.acquire(10)
-    waiter = asyncio.create_task(gate.acquire(15))
+    await gate.acquire(5)
+    await gate.acquire(5)
+    waiter = asyncio.create_task(gate.acquire(8))
     await asyncio.sleep(0)
     assert not waiter.done()  # beyond the starting capacity
-    gate.release(10)  # used: the capacity grows by as much
+    gate.release(5)  # released, not used downstream: the capacity stays
+    await asyncio.sleep(0)
+    assert not waiter.done() and gate.capacity == 10
+    gate.grow(5)  # used: the capacity grows by as much
     await waiter
-    assert gate.capacity == 20 and gate.held == 15
+    assert gate.capacity == 15 and gate.held == 13
     for _ in range(20):
-        await gate.acquire(5)
-        gate.release(5)
+        gate.grow(5)
     assert gate.capacity == 100  # never beyond the limit

@@ -235,21 +235,23 @@ class Block:
         if count <= 1 or n <= 1:
             return [self]
         step = -(-n // min(count, n))
+        return [self._slice(at, min(n, at + step)) for at in range(0, n, step)]
+
+    def cut(self, n: int) -> tuple[Block, Block]:
+        """(the first ``n`` items, the rest) as two blocks, as :meth:`split` cuts them."""
+        return self._slice(0, n), self._slice(n, len(self.items))
+
+    def _slice(self, at: int, end: int) -> Block:
+        n = len(self.items)
+        nbytes = self.nbytes * end // n - self.nbytes * at // n
+        extra = self.extra if end == n else {}
         rows = self._rows if isinstance(self._rows, ChunkRows) and self._refs is None else None
-        out = []
-        for at in range(0, n, step):
-            end = min(n, at + step)
-            nbytes = self.nbytes * end // n - self.nbytes * at // n
-            extra = self.extra if end == n else {}
-            if rows is not None:
-                part = ChunkRows(rows.lane, rows.cursor, rows.dataset[at:end], rows.shard[at:end],
-                                 rows.sample[at:end], rows.delivered[at:end])  # fmt: skip
-                out.append(Block(self.lane, self.items[at:end], nbytes=nbytes, extra=extra,
-                                 rows=part))  # fmt: skip
-            else:
-                out.append(Block(self.lane, self.items[at:end], self.refs[at:end],
-                                 self.marks[at:end], nbytes, extra))  # fmt: skip
-        return out
+        if rows is not None:
+            part = ChunkRows(rows.lane, rows.cursor, rows.dataset[at:end], rows.shard[at:end],
+                             rows.sample[at:end], rows.delivered[at:end])  # fmt: skip
+            return Block(self.lane, self.items[at:end], nbytes=nbytes, extra=extra, rows=part)
+        return Block(self.lane, self.items[at:end], self.refs[at:end], self.marks[at:end],
+                     nbytes, extra)  # fmt: skip
 
     def kept(self, keep: list[bool], items: list[Any]) -> Block:
         """The block with only the items ``keep`` marks, ``items`` their new values (a map

@@ -4,6 +4,13 @@ Each window's permutation is keyed by (seed, lane, where the window starts in th
 it is a pure function of the stream. That is what makes it resumable without saving buffered
 items or an RNG: an item's mark is *the mark just before its window* plus how many items of
 the window were emitted through it; restoring replays the window from its start and skips.
+
+A fast start: a lane's first window is emitted in parts of growing size (``warmup`` items,
+then ``warmup`` more, then twice as many each time, the last part ending where the window
+does), so the first items leave after ``warmup`` inputs rather than a whole window. Windows
+stay aligned: the first ``size`` outputs are a permutation of the first ``size`` inputs. An
+item of a part is marked ``{"skip": j + 1, "part": k}`` (a whole window's, ``j + 1``), so a
+restore replays the very part.
 """
 
 from __future__ import annotations
@@ -16,13 +23,33 @@ import numpy as np
 from zephon.ops.block import Block, Mark, high_water
 from zephon.plan.permute import key_of, permute
 
-__all__ = ["shuffle_blocks", "start_mark", "windowed"]
+__all__ = ["first_parts", "shuffle_blocks", "start_mark", "windowed"]
 
 
 def start_mark(lane: int, depth: int) -> Mark:
     """The mark of "nothing consumed yet" in a lane, for an op with ``depth`` stateful ops
     before it."""
     return (lane, None, 0, (0,) * depth, None)
+
+
+def first_parts(size: int, warmup: int) -> tuple[int, ...]:
+    """Where the parts of a lane's first window end: ``warmup``, doubling, then ``size``;
+    ``()`` (one whole window) unless ``0 < warmup < size``."""
+    if not 0 < warmup < size:
+        return ()
+    ends = []
+    end = warmup
+    while end < size:
+        ends.append(end)
+        end *= 2
+    return (*ends, size)
+
+
+def _parse(state: Any, parts: tuple[int, ...]) -> tuple[int, int | None]:
+    """(outputs to skip, part of the first window or None) from a mark's state."""
+    if isinstance(state, dict):
+        return int(state["skip"]), int(state["part"])
+    return int(state), (0 if parts and state == 0 else None)  # 0: the lane's start
 
 
 Window = Callable[[Mark, list[Any], list[Any]], tuple[list[Any], list[Any]]]
@@ -33,38 +60,52 @@ async def windowed(
     size: int,
     lane: int,
     depth: int,
-    resume: tuple[Mark, int] | None,
+    resume: tuple[Mark, Any] | None,
     transform: Window,
+    parts: tuple[int, ...] = (),
 ) -> AsyncIterator[Block]:
     """Cut a lane's items into windows of ``size`` and emit ``transform(mark before the
     window, items, refs)`` for each, with window-relative marks: output ``j`` of a window is
     marked (mark before the window, ``j + 1``), its high water the window's last input's.
-    ``resume`` = (that mark, outputs to skip)."""
-    before, skip = resume if resume is not None else (start_mark(lane, depth), 0)
+    ``parts``: where the parts of the lane's first window end (:func:`first_parts`); output
+    ``j`` of part ``k`` is marked ``{"skip": j + 1, "part": k}``.
+    ``resume`` = (that mark, the state in it: what to skip, and which part)."""
+    before, state = resume if resume is not None else (start_mark(lane, depth), 0)
+    skip, part = _parse(state, parts)
     items: list[Any] = []
     refs: list[Any] = []
     marks: list[Mark] = []
 
+    def capacity() -> int:
+        if part is None:
+            return size
+        return parts[part] - (parts[part - 1] if part else 0)
+
     def emit() -> Block:
-        nonlocal before, skip, items, refs, marks
+        nonlocal before, skip, items, refs, marks, part
         out, out_refs = transform(before, items, refs)
         lane_, cursor, delivered, ops, _ = before
         hw = high_water(marks[-1])
-        out_marks: list[Mark] = [(lane_, cursor, delivered, (*ops, j + 1), hw)
-                                 for j in range(len(out))]  # fmt: skip
+        states = (range(1, len(out) + 1) if part is None
+                  else [{"skip": j + 1, "part": part} for j in range(len(out))])  # fmt: skip
+        out_marks: list[Mark] = [(lane_, cursor, delivered, (*ops, s), hw) for s in states]
         block = Block(lane, out[skip:], out_refs[skip:], out_marks[skip:])
         before, skip = marks[-1], 0
         items, refs, marks = [], [], []
+        if part is not None:
+            part = part + 1 if part + 1 < len(parts) else None
         return block
 
+    room = capacity()
     async for block in blocks:
         ready: list[Block] = []
         for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
             items.append(item)
             refs.append(ref)
             marks.append(mark)
-            if len(items) == size:
+            if len(items) == room:
                 ready.append(emit())
+                room = capacity()
         for b in ready:
             if b.items:
                 yield b
@@ -80,12 +121,14 @@ def shuffle_blocks(
     seed: int,
     lane: int,
     depth: int,
-    resume: tuple[Mark, int] | None,
+    resume: tuple[Mark, Any] | None,
+    warmup: int = 0,
 ) -> AsyncIterator[Block]:
     """Windows of ``size`` items, each emitted in a keyed permutation (see module doc).
 
     ``depth``: stateful ops before this one (the length of incoming marks' op states).
-    ``resume``: (the mark before the window to replay, items of it already emitted).
+    ``resume``: (the mark before the window to replay, its state: items of it emitted).
+    ``warmup``: the first part of the lane's first window (0: no parts).
     """
 
     def permuted(before: Mark, items: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -94,4 +137,4 @@ def shuffle_blocks(
         order = permute(np.arange(n), n, key).tolist()
         return [items[i] for i in order], [refs[i] for i in order]
 
-    return windowed(blocks, size, lane, depth, resume, permuted)
+    return windowed(blocks, size, lane, depth, resume, permuted, first_parts(size, warmup))

@@ -25,6 +25,7 @@ T = TypeVar("T")
 
 CLOSE_TIMEOUT_S = 5.0  # a close that waits longer leaves the rest to the daemon thread's end
 EXIT_TIMEOUT_S = 1.0  # per bridge still open at interpreter exit
+WAKE_S = 0.2  # the consumer's thread wakes this often while it waits for an item
 
 _OPEN: weakref.WeakSet[SyncBridge[object]] = weakref.WeakSet()
 
@@ -59,7 +60,10 @@ class SyncBridge(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         while not self.closed:
-            item = asyncio.run_coroutine_threadsafe(self._next(), self.loop).result()
+            pending = asyncio.run_coroutine_threadsafe(self._next(), self.loop)
+            while not pending.done():  # timed waits: a Ctrl-C another thread got is seen
+                concurrent.futures.wait([pending], WAKE_S)
+            item = pending.result()
             if item is None:
                 return
             yield item[0]

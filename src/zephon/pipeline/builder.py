@@ -197,15 +197,18 @@ class Pipeline(TextSteps, ImageSteps):
         return self._with(Step("ensure_mixture", (weights, weight_by, field, buffer_size,
                                                   on_surplus)))  # fmt: skip
 
-    def shuffle(self, buffer_size: int = 8192, seed: int | None = None) -> Pipeline:
-        """Permute each lane's items within consecutive windows of ``buffer_size``; keyed by
-        (seed, lane, window start), so it is deterministic and resumes exactly without
-        saving buffered items. ``seed`` defaults to the work source's seed."""
-        if buffer_size < 1:
-            raise ConfigError(f"buffer_size must be >= 1, got {buffer_size}")
+    def shuffle(
+        self, buffer_size: int = 8192, seed: int | None = None, warmup: int = 64
+    ) -> Pipeline:
+        """Permute each lane's items in windows of ``buffer_size`` keyed by (seed, lane, window
+        start): resumes exactly without saving items. ``seed``: the source's by default.
+        ``warmup``: a lane's first window leaves in parts of ``warmup``, ``warmup``, 2x...
+        items (0: whole), so the first items do not wait for a whole window."""
+        if buffer_size < 1 or warmup < 0:
+            raise ConfigError(f"shuffle: buffer_size {buffer_size} < 1 or warmup {warmup} < 0")
         self._check_before_batch("shuffle")
         chosen = self.spec.source.seed if seed is None else seed
-        return self._with(Step("shuffle", chosen, size=buffer_size))
+        return self._with(Step("shuffle", (chosen, warmup), size=buffer_size))
 
     def to_torch(self, pin_memory: bool = False) -> Pipeline:
         """Deliver numpy arrays as torch tensors (the ``torch`` extra); after ``batch`` too."""
@@ -235,8 +238,6 @@ class Pipeline(TextSteps, ImageSteps):
         ``executor`` (:mod:`zephon.executors`)."""
         inflight, remote = placement(processes, executor, None, "decoder")
         return self._with(decode_processes=inflight, decode_executor=remote)
-
-    # -- introspection ----------------------------------------------------------------
 
     def for_rank(self, rank: int, world_size: int) -> Pipeline:
         """The same pipeline as rank ``rank`` of ``world_size`` (lanes unchanged)."""

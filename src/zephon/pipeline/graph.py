@@ -221,6 +221,7 @@ async def _assemble(
             block = ready.pop(0)
             stats.items_out += len(block.items)
             await timed_send(out, block, stats)
+            budget.grow(block.nbytes)  # taken downstream: the lane may read further ahead
 
     assembler = ChunkAssembler(lane, emit, spec.block_bytes)
     with closing(out):

@@ -99,10 +99,10 @@ class Run:
                 keep.trim(spec.fetch_budget_bytes // 2 - kept)
                 kept += keep.held
         share = max(1, (spec.fetch_budget_bytes - kept) // max(1, len(spec.my_lanes)))
-        # Each lane's share starts small and grows as its reads are used: at start-up the
-        # first windows have the machine (CPU, link) to themselves instead of sharing it
-        # with a read-ahead of the whole budget.
-        start = 2 * spec.read_window_bytes
+        # Each lane's share starts at one read and grows by what its steps take (a block
+        # sent on from assembly): at start-up the first reads have the machine (CPU, link)
+        # to themselves, and a slow consumer never pays for a read-ahead of the whole budget.
+        start = spec.source.max_request_bytes
         res.budgets.update((lane, CapacityGate(share, start)) for lane in spec.my_lanes)
         for remote in res.remote.values():
             remote.prestart()

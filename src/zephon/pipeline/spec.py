@@ -54,7 +54,9 @@ class Step:
             return (f"ensure_mixture(weight_by={weight_by}, field={field!r}, buffer_size={size}, "
                     f"on_surplus={surplus})")  # fmt: skip
         if self.kind == "shuffle":
-            return f"shuffle(buffer_size={self.size}, seed={self.fn})"
+            seed, warmup = self.fn
+            parts = f", warmup={warmup}" if 0 < warmup < self.size else ""
+            return f"shuffle(buffer_size={self.size}, seed={seed}{parts})"
         if self.kind == "pack":
             return str(self.fn.label())
         if self.kind == "fetch_field":

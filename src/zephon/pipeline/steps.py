@@ -28,6 +28,7 @@ from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step, fusable
 __all__ = ["PIECE_BYTES", "fused", "start_steps"]
 
 PIECE_BYTES = 4 << 20  # fetched bytes per piece of a block sent to a worker
+FIRST_PIECE = 64  # items in the first piece of a lane for an in-process step
 
 
 def fused(steps: tuple[Step, ...], indices: range) -> list[tuple[str, Step]]:
@@ -135,15 +136,28 @@ async def _in_process(
     out: Channel[Block], stats: StageStats, name: str,
 ) -> None:  # fmt: skip
     """map / filter / tokenize a block at a time on the run's helper thread (async ones in
-    the loop), so fetching and delivery go on meanwhile."""
+    the loop), so fetching and delivery go on meanwhile. A lane's first items go in pieces
+    of growing size: its first batch does not wait for a whole first chunk."""
     executor = res.encoder_thread()
     on_skip = res.skipped if spec.on_error == "skip" else None
     with closing(out):
-        async for block in counted(source, stats):
+        async for block in first_pieces(counted(source, stats), FIRST_PIECE):
             result = await apply_block(step.kind, step.fn, block, None, name, executor,
                                        on_skip)  # fmt: skip
             stats.items_out += len(result.items)
             await timed_send(out, result, stats)
+
+
+async def first_pieces(blocks: AsyncIterator[Block], first: int) -> AsyncIterator[Block]:
+    """``blocks`` with the first items cut into pieces of ``first``, twice that, and so on,
+    until a piece would hold a whole block (a slow start, as for reads)."""
+    size = first
+    async for block in blocks:
+        while size < len(block.items):
+            head, block = block.cut(size)
+            yield head
+            size *= 2
+        yield block
 
 
 async def _batch(
@@ -162,7 +176,8 @@ async def _stateful(
     """shuffle, pack and custom ops: their position is part of every mark (at ``depth``)."""
     blocks = counted(source, stats)
     if step.kind == "shuffle":
-        stream = shuffle_blocks(blocks, step.size, step.fn, lane, depth, resume)
+        seed, warmup = step.fn
+        stream = shuffle_blocks(blocks, step.size, seed, lane, depth, resume, warmup)
     elif step.kind == "apply":
         stream = run_apply(step.fn, blocks, lane, depth, resume)
     elif step.kind == "ensure_mixture":

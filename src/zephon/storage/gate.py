@@ -28,8 +28,8 @@ class CapacityGate:
     def __init__(self, capacity: int, start: int | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        # With ``start``, a slow start: the capacity begins there and grows by what is
-        # released, up to ``capacity`` (it doubles about once per turnover).
+        # With ``start``, a slow start: the capacity begins there and grows by what the
+        # owner reports as used (:meth:`grow`), up to ``capacity``.
         self._limit = capacity
         self._capacity = capacity if start is None else max(1, min(start, capacity))
         self._held = 0
@@ -69,9 +69,13 @@ class CapacityGate:
 
     def release(self, n: int = 1) -> None:
         self._held -= n
+        self._wake()
+
+    def grow(self, n: int) -> None:
+        """Raise a slow start's capacity by ``n``, up to the limit."""
         if self._capacity < self._limit:
             self._capacity = min(self._limit, self._capacity + n)
-        self._wake()
+            self._wake()
 
     def _wake(self) -> None:
         while self._waiters:

@@ -1,0 +1,146 @@
+"""The shuffle operator: windows, the parts of a lane's first window, and resuming from any
+item's mark (the pipeline-level resume tests explore the rest)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephon.ops.block import Block
+from zephon.ops.shuffle import first_parts, shuffle_blocks
+
+
+def _blocks(n: int, per: int) -> list[Block]:
+    out = []
+    for start in range(0, n, per):
+        ids = list(range(start, min(n, start + per)))
+        marks = [(0, None, i + 1, (), None) for i in ids]
+        out.append(Block(0, ids, [(0, 0, i) for i in ids], marks))
+    return out
+
+
+async def _run(blocks: list[Block], size: int, warmup: int, resume: Any = None) -> list[Block]:
+    async def source() -> AsyncIterator[Block]:
+        for b in blocks:
+            yield b
+
+    return [b async for b in shuffle_blocks(source(), size, 7, 0, 0, resume, warmup)]
+
+
+def test_first_parts_double_from_the_warmup_and_end_with_the_window() -> None:
+    assert first_parts(1024, 64) == (64, 128, 256, 512, 1024)
+    assert first_parts(1000, 64) == (64, 128, 256, 512, 1000)
+    assert first_parts(100, 0) == () and first_parts(100, 100) == () and first_parts(5, 9) == ()
+
+
+def test_the_first_items_leave_after_the_warmup_not_a_whole_window() -> None:
+    """Blocks of one item: the output blocks' sizes are the parts, then whole windows."""
+    out = asyncio.run(_run(_blocks(300, 1), size=100, warmup=10))
+    assert [len(b.items) for b in out] == [10, 10, 20, 40, 20, 100, 100]
+    items = [x for b in out for x in b.items]
+    # Windows stay aligned: the first 100 outputs are the first 100 inputs, and each part
+    # is a permutation of its own inputs.
+    assert sorted(items[:100]) == list(range(100))
+    assert sorted(items[:10]) == list(range(10)) and sorted(items[10:20]) == list(range(10, 20))
+    assert sorted(items[100:200]) == list(range(100, 200))
+    assert items[:100] != list(range(100))  # actually permuted
+
+
+def test_without_warmup_the_first_window_leaves_whole() -> None:
+    out = asyncio.run(_run(_blocks(250, 7), size=100, warmup=0))
+    assert [len(b.items) for b in out] == [100, 100, 50]
+    items = [x for b in out for x in b.items]
+    assert sorted(items[:100]) == list(range(100))
+    assert all(not isinstance(m[3][0], dict) for b in out for m in b.marks)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 400), per=st.integers(1, 50), size=st.integers(1, 120),
+       warmup=st.integers(0, 130), cut=st.floats(0, 1))  # fmt: skip
+def test_resuming_from_any_items_mark_gives_the_rest(
+    n: int, per: int, size: int, warmup: int, cut: float
+) -> None:
+    """Replaying from (the mark before the item's window or part, its state) skips exactly
+    what was delivered, in the ramp and after it."""
+    blocks = _blocks(n, per)
+    whole = asyncio.run(_run(blocks, size, warmup))
+    items = [x for b in whole for x in b.items]
+    marks = [m for b in whole for m in b.marks]
+    assert sorted(items) == list(range(n))
+    k = min(n - 1, int(cut * n))
+    lane, cursor, delivered, ops, _ = marks[k]
+    before = (lane, cursor, delivered, ops[:-1], None)
+    state = ops[-1]
+    if isinstance(state, dict):
+        assert 0 < warmup < size
+    # The stream resumes at the mark before the window: feed the inputs after it.
+    resumed = asyncio.run(_resume(_blocks(n, per), delivered, size, warmup, (before, state)))
+    assert resumed == items[k + 1 :]
+
+
+async def _resume(blocks: list[Block], after: int, size: int, warmup: int, at: Any) -> list[Any]:
+    """The inputs after position ``after`` (what the lane replays from the mark)."""
+    rest = []
+    for b in blocks:
+        keep = [m[2] > after for m in b.marks]
+        if any(keep):
+            rest.append(b.kept(keep, [x for x, k in zip(b.items, keep, strict=True) if k]))
+    out = await _run(rest, size, warmup, at)
+    return [x for b in out for x in b.items]
+
+
+@pytest.mark.parametrize("bad", [-1])
+def test_a_negative_warmup_is_refused(bad: int) -> None:
+    from zephon import ConfigError, Dataset, Pipeline, StaticMixtureWorkSource
+
+    ws = StaticMixtureWorkSource([Dataset.from_records("d", [{"id": 1}])])
+    with pytest.raises(ConfigError, match="warmup"):
+        Pipeline(ws, rank=0, world_size=1).shuffle(10, warmup=bad)
+
+
+class _Gate:
+    """A map that lets ``free`` items through, then holds every later one until the test
+    opens it (and fails the run if that never happens)."""
+
+    def __init__(self, free: int) -> None:
+        import threading
+
+        self.free = free
+        self.seen = 0
+        self.open = threading.Event()
+
+    def __call__(self, x: dict[str, Any]) -> dict[str, Any]:
+        self.seen += 1
+        if self.seen > self.free and not self.open.wait(60):
+            raise RuntimeError("the first item never left: the whole chunk was waited for")
+        return x
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_lanes_first_item_does_not_wait_for_its_whole_first_chunk(shuffle: bool) -> None:
+    """Chunks of 1,024 items: the first item leaves after the step's first piece (and the
+    shuffle's first part), while the step still holds the rest of the chunk."""
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    records = [{"id": i} for i in range(3000)]
+    ds = Dataset.from_records("d", records, samples_per_shard=3000)
+    ws = StaticMixtureWorkSource([ds], seed=1, chunk_size=1024)
+    gate = _Gate(free=200)
+    pipe = Pipeline(ws, rank=0, world_size=1).map(gate)
+    if shuffle:
+        pipe = pipe.shuffle(1000)
+    it = pipe.iter()
+    try:
+        first = next(it)
+        assert gate.seen <= 201  # the rest of the first chunk is still held by the gate
+        gate.open.set()
+        rest = [first, *it]
+    finally:
+        gate.open.set()
+        it.close()
+    assert sorted(x["id"] for x in rest) == list(range(3000))
