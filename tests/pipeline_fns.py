@@ -111,3 +111,7 @@ def reject_13(sample: dict[str, Any]) -> dict[str, Any]:
     if sample["id"] == 13:
         raise FormatError("record 13 is malformed")
     return sample
+
+
+def id_of(sample: dict[str, Any]) -> int:
+    return int(sample["id"])

@@ -77,8 +77,33 @@ def test_the_assembler_emits_chunks_in_slot_order_whatever_its_byte_bound(
         assert rows.sample.tolist() == items
         assert rows.delivered.tolist() == [x % 1000 + 1 for x in items]
         assert all(rows.cursor.chunk == x // 1000 for x in items)
-    if max_bytes == 1 << 62:
-        assert len(emitted) == len(chunks)
+    if max_bytes == 1 << 62:  # whole chunks, but the first leaves as it completes
+        later = [rows.cursor.chunk for _, rows in emitted if rows.cursor.chunk > 0]
+        assert later == list(range(1, len(chunks)))
+
+
+def test_the_first_chunk_leaves_as_its_reads_fill_it_from_its_start() -> None:
+    """A lane's first sample waits for the read holding the chunk's first slot only; the
+    chunks after it leave whole."""
+    from zephon.ops.decode import ChunkAssembler
+
+    emitted: list[list[int]] = []
+    assembler = ChunkAssembler(0, lambda items, rows, failed, nbytes: emitted.append(items))
+    cursor = Cursor(0, 0, 0, (0,))
+
+    def add(chunk: Cursor, slots: list[int]) -> None:
+        assembler.add(chunk, np.array(slots), slots, 0, 0, np.array(slots), nbytes=len(slots))
+
+    add(cursor, [5, 6, 7])  # a restore resumed the chunk at slot 5: that read is its start
+    assert emitted == [[5, 6, 7]]
+    add(cursor, [8, 10, 11])  # slot 9 still to come: 10 and 11 are held
+    assert emitted == [[5, 6, 7], [8]]
+    add(cursor, [9, 12])
+    assert emitted == [[5, 6, 7], [8], [9, 10, 11, 12]]
+    add(Cursor(0, 1, 0, (0,)), [0, 1])  # the next chunk: whole, when it ends
+    add(Cursor(0, 1, 0, (0,)), [2])
+    assembler.flush()
+    assert emitted[3:] == [[0, 1, 2]]
 
 
 @settings(max_examples=200, deadline=None)

@@ -105,7 +105,9 @@ class ChunkAssembler:
     reads held. A chunk leaves whole,
     unless the reads held exceed ``max_bytes``: then every slot before the newest read's first
     slot is complete (reads come in the order of their first slot), and that prefix leaves
-    at once, so large records never hold a whole chunk in memory.
+    at once, so large records never hold a whole chunk in memory. The lane's first chunk
+    leaves as it completes: each run of slots from its start that its reads filled leaves
+    at once, so the first sample waits for the first read, not the whole chunk.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class ChunkAssembler:
         self._parts: list[tuple[Ints, Sequence[Any], Any, Any, Ints]] = []
         self._failed = False
         self._held = 0
+        self._first: tuple[set[int], int] | None = (set(), -1)  # filled slots, next to leave
 
     def add(
         self,
@@ -141,11 +144,27 @@ class ChunkAssembler:
         self._parts.append((slots, items, dataset, shard, samples))
         self._failed |= failed
         self._held += nbytes
+        if self._first is not None and len(slots):
+            self._stream_first(slots)
+
+    def _stream_first(self, slots: Ints) -> None:
+        """Let the lane's first chunk leave up to its first slot no read has filled (the
+        first read holds the lowest slot: the chunk's start, or where a restore resumes)."""
+        assert self._first is not None
+        filled, at = self._first
+        filled.update(np.asarray(slots).tolist())
+        start = at = int(slots[0]) if at < 0 else at
+        while at in filled:
+            at += 1
+        self._first = (filled, at)
+        if at > start:
+            self._release(at)
 
     def flush(self) -> None:
         """Emit what is held of the current chunk."""
         self._release(None)
         self._cursor, self._parts, self._failed, self._held = None, [], False, 0
+        self._first = None
 
     def _release(self, before: int | None) -> None:
         """Emit the held items at slots below ``before`` (all with ``None``) in slot order;

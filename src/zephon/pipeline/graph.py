@@ -191,6 +191,7 @@ async def _decode_local(
                     items, failed = decode_job(work)
                 stats.items_out += 1
                 await timed_send(decoded, (f, items, failed), stats)
+                await asyncio.sleep(0)  # each read moves on before the next is decoded
 
 
 async def _assemble(
