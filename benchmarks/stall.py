@@ -62,7 +62,7 @@ def consume(pipe: Any, batches: int, step_s: float) -> dict[str, float]:
     started = time.perf_counter()
     it = pipe.iter()
     waits = []
-    first = 0.0
+    first = half = 0.0
     for n in range(batches):
         t = time.perf_counter()
         next(it)
@@ -71,16 +71,20 @@ def consume(pipe: Any, batches: int, step_s: float) -> dict[str, float]:
             first = time.perf_counter() - started
         else:
             waits.append(wait)
+        if n == batches // 2:
+            half = time.perf_counter()
         if step_s:
             time.sleep(step_s)
-    wall = time.perf_counter() - started - first
+    end = time.perf_counter()
+    wall = end - started - first
     pipe.close()
     lanes = 4  # every lane's first batch in: the start-up is over
     steady = waits[lanes - 1 :]
     steady_wall = wall - sum(waits[: lanes - 1]) - step_s * (lanes - 1)
     waits.sort()
     return {"first": first, "share": sum(waits) / wall, "p99": waits[int(0.99 * len(waits))],
-            "max": waits[-1], "rate": (batches - 1) / wall,
+            "max": waits[-1], "rate": (batches - 1 - batches // 2) / (end - half),
+            "total": end - started,
             "steady": sum(steady) / max(steady_wall, 1e-9)}  # fmt: skip
 
 
@@ -98,7 +102,10 @@ def main() -> None:
                            "AWS_SECRET_ACCESS_KEY": endpoint.secret,
                            "AWS_DEFAULT_REGION": "us-east-1"})  # fmt: skip
         alone = consume(build(tok), args.batches * 2, 0.0)
-        print(f"# loader alone: {alone['rate']:.0f} batches/s; first batch {alone['first']:.2f} s")
+        print(
+            f"# loader alone: {alone['rate']:.0f} batches/s over the second half; first batch "
+            f"{alone['first']:.2f} s; {args.batches * 2} batches in {alone['total']:.2f} s"
+        )
         print(f"{'step':>6} {'demand':>7} {'wait share':>11} {'p99 wait':>9} {'max wait':>9} "
               f"{'first batch':>12} {'wait after every lane started':>30}")  # fmt: skip
         for step_ms in (5, 20, 100):
