@@ -217,23 +217,25 @@ class TreeRSS:
             self.peak = max(self.peak, self._sample())
 
     def _sample(self) -> int:
-        parents: dict[int, int] = {}
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry.name}/stat").read_text()
-                except OSError:
-                    continue
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        tree, grew = {os.getpid()}, True
-        while grew:
-            more = {pid for pid, parent in parents.items() if parent in tree} - tree
-            tree |= more
-            grew = bool(more)
+        """Cheap enough to run every 20 ms beside the reader: this process's descendants
+        from the kernel's per-thread ``children`` lists, not a scan of all of ``/proc``."""
+        tree, todo = set(), [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            if pid in tree:
+                continue
+            tree.add(pid)
+            try:
+                for task in os.scandir(f"/proc/{pid}/task"):
+                    with open(f"{task.path}/children") as f:
+                        todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                continue
         total = 0
         for pid in tree:
             try:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self._page
+                with open(f"/proc/{pid}/statm") as f:
+                    total += int(f.read().split()[1]) * self._page
             except OSError:
                 continue
         return total
