@@ -81,10 +81,11 @@ def consume(pipe: Any, batches: int, step_s: float) -> dict[str, float]:
     lanes = 4  # every lane's first batch in: the start-up is over
     steady = waits[lanes - 1 :]
     steady_wall = wall - sum(waits[: lanes - 1]) - step_s * (lanes - 1)
+    late = sum(waits[batches // 2 :]) / (end - half)  # waits[i] is batch i + 1's
     waits.sort()
     return {"first": first, "share": sum(waits) / wall, "p99": waits[int(0.99 * len(waits))],
             "max": waits[-1], "rate": (batches - 1 - batches // 2) / (end - half),
-            "total": end - started,
+            "total": end - started, "late": late,
             "steady": sum(steady) / max(steady_wall, 1e-9)}  # fmt: skip
 
 
@@ -107,14 +108,15 @@ def main() -> None:
             f"{alone['first']:.2f} s; {args.batches * 2} batches in {alone['total']:.2f} s"
         )
         print(f"{'step':>6} {'demand':>7} {'wait share':>11} {'p99 wait':>9} {'max wait':>9} "
-              f"{'first batch':>12} {'wait after every lane started':>30}")  # fmt: skip
+              f"{'first batch':>12} {'after every lane started':>25} "
+              f"{'second half':>12}")  # fmt: skip
         for step_ms in (5, 20, 100):
             n = max(30, min(args.batches, int(12_000 / step_ms)))
             r = consume(build(tok), n, step_ms / 1000)
             print(
                 f"{step_ms:>4}ms {1000 / step_ms:>5.0f}/s {r['share']:>10.1%} "
                 f"{r['p99'] * 1000:>7.0f}ms {r['max'] * 1000:>7.0f}ms {r['first']:>11.2f}s "
-                f"{r['steady']:>29.1%}"
+                f"{r['steady']:>24.1%} {r['late']:>11.1%}"
             )
         pipe = build(tok)
         it = pipe.iter()

@@ -1,0 +1,115 @@
+"""Time to the first sample in a fresh process (issue 16, item 2), and where it goes.
+
+One moto server behind the latency proxy (+30 ms per request, in its own process) holds the
+peers benchmark's 64,000 JSONL documents (16 shards) with a persistent index. Each run is a
+fresh Python process that imports Zephon (timed apart), then measures ``Dataset.from_path``,
+the first sample of a one-lane pipeline and the whole epoch. With ``--trace`` the first
+run also prints its timeline: storage client creation, each ranged GET, each decode.
+
+    .venv/bin/python benchmarks/first_sample.py [--runs 7] [--trace]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from peers import BUCKET, upload, write_documents
+from zephon import Dataset
+from zephon.testing import MotoServer, ProxyProcess
+
+CHILD = r"""
+import functools, json, sys, time
+began = time.perf_counter()
+import zephon, zephon.storage.s3
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+imported = time.perf_counter() - began
+events, done = [], False
+if "--trace" in sys.argv:
+    import zephon.formats.jsonl as jsonl, zephon.storage.s3 as s3
+    def mark(name):
+        if not done:
+            events.append((round((time.perf_counter() - t0) * 1000, 1), name))
+    def traced(cls, attr, name, is_async):
+        orig = getattr(cls, attr)
+        if is_async:
+            async def wrapper(*a, **k):
+                mark(name + " >"); out = await orig(*a, **k); mark(name + " <"); return out
+        else:
+            def wrapper(*a, **k):
+                mark(name + " >"); out = orig(*a, **k); mark(name + " <"); return out
+        setattr(cls, attr, functools.wraps(orig)(wrapper))
+    traced(s3.S3Backend, "_create_client", "client", True)
+    traced(s3.S3Backend, "get_range", "GET", True)
+    traced(jsonl.JsonlCodec, "decode", "decode", False)
+t0 = time.perf_counter()
+ds = Dataset.from_path("web", sys.argv[1])
+found = time.perf_counter() - t0
+ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
+it = iter(Pipeline(ws, rank=0, world_size=1, lanes=1))
+next(it)
+first = time.perf_counter() - t0
+done = True
+if events:
+    events.append((round(first * 1000, 1), "first sample"))
+n = 1 + sum(1 for _ in it)
+print(json.dumps({"import": imported, "from_path": found, "first": first,
+                  "epoch": time.perf_counter() - t0, "samples": n, "trace": events}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--trace", action="store_true")
+    args = parser.parse_args()
+    server = MotoServer()
+    endpoint = server.start()
+    proxy = ProxyProcess(endpoint.endpoint_url, 0.03)
+    proxy.start()
+    work = Path(tempfile.mkdtemp(prefix="zephon-first-"))
+    try:
+        client = endpoint.client()
+        client.create_bucket(Bucket=BUCKET)
+        write_documents(work / "docs")
+        upload(client, work / "docs", "jsonl-index")
+        options = {"endpoint_url": endpoint.endpoint_url, "key": endpoint.key,
+                   "secret": endpoint.secret}  # fmt: skip
+        ds = Dataset.from_path("web", f"s3://{BUCKET}/jsonl-index/", storage_options=options,
+                               index_cache=False)  # fmt: skip
+        asyncio.run(ds.awrite_index())
+        env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": endpoint.key,
+               "AWS_SECRET_ACCESS_KEY": endpoint.secret, "AWS_DEFAULT_REGION": "us-east-1",
+               "ZEPHON_CACHE_DIR": str(work / "cache"), "HOME": str(work)}  # fmt: skip
+        runs = []
+        for i in range(args.runs):
+            extra = ["--trace"] if args.trace and i == 0 else []
+            out = subprocess.run([sys.executable, "-c", CHILD, f"s3://{BUCKET}/jsonl-index/",
+                                  *extra], env=env, capture_output=True, text=True,
+                                 check=True)  # fmt: skip
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"# 64,000 JSONL documents (16 shards, persistent index) at +30 ms; "
+              f"{args.runs} fresh processes, medians")  # fmt: skip
+        for key in ("import", "from_path", "first", "epoch"):
+            values = [r[key] for r in runs]
+            print(f"{key:>10}: {statistics.median(values):.3f} s "
+                  f"(min {min(values):.3f}, max {max(values):.3f})")  # fmt: skip
+        print("first = from Dataset.from_path to the first sample; epoch includes it")
+        if args.trace:
+            print("# timeline of the first run (ms from Dataset.from_path):")
+            for at, what in runs[0]["trace"]:
+                print(f"{at:>8.1f}  {what}")
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
