@@ -226,8 +226,10 @@ class S3Backend:
         client_kwargs.setdefault("region_name", opts.get("region_name"))
         if self.endpoint_url:
             client_kwargs["endpoint_url"] = self.endpoint_url
-            if self.endpoint_url.startswith("http://"):  # no TLS: skip loading the CA bundle
-                client_kwargs.setdefault("verify", False)  # (~40 ms before the first read)
+        env = os.environ
+        endpoint = self.endpoint_url or env.get("AWS_ENDPOINT_URL_S3", env.get("AWS_ENDPOINT_URL"))
+        if endpoint and endpoint.startswith("http://"):  # no TLS: no CA bundle to load
+            client_kwargs.setdefault("verify", False)  # (~40 ms before the first read)
         if opts.get("key"):
             client_kwargs["aws_access_key_id"] = opts["key"]
             client_kwargs["aws_secret_access_key"] = opts.get("secret")
