@@ -1,12 +1,14 @@
 """Time to the first sample in a fresh process (issue 16, item 2), and where it goes.
 
 One moto server behind the latency proxy (+30 ms per request, in its own process) holds the
-peers benchmark's 64,000 JSONL documents (16 shards) with a persistent index. Each run is a
-fresh Python process that imports Zephon (timed apart), then measures ``Dataset.from_path``,
+peers benchmark's 64,000 JSONL documents (16 shards) with a persistent index (or, with
+``--index-cache``, without one: a listing, and shard indexes from the local index cache that
+a first, unreported run fills). Each run is a fresh Python process that imports Zephon
+(timed apart), then measures ``Dataset.from_path``,
 the first sample of a one-lane pipeline and the whole epoch. With ``--trace`` the first
 run also prints its timeline: storage client creation, each ranged GET, each decode.
 
-    .venv/bin/python benchmarks/first_sample.py [--runs 7] [--trace]
+    .venv/bin/python benchmarks/first_sample.py [--runs 7] [--trace] [--index-cache]
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--trace", action="store_true")
+    parser.add_argument(
+        "--index-cache",
+        action="store_true",
+        help="no persistent index: a listing and the warm local index cache",
+    )
     args = parser.parse_args()
     server = MotoServer()
     endpoint = server.start()
@@ -79,23 +86,27 @@ def main() -> None:
         client = endpoint.client()
         client.create_bucket(Bucket=BUCKET)
         write_documents(work / "docs")
-        upload(client, work / "docs", "jsonl-index")
+        prefix = "jsonl" if args.index_cache else "jsonl-index"
+        upload(client, work / "docs", prefix)
         options = {"endpoint_url": endpoint.endpoint_url, "key": endpoint.key,
                    "secret": endpoint.secret}  # fmt: skip
-        ds = Dataset.from_path("web", f"s3://{BUCKET}/jsonl-index/", storage_options=options,
-                               index_cache=False)  # fmt: skip
-        asyncio.run(ds.awrite_index())
+        if not args.index_cache:
+            ds = Dataset.from_path("web", f"s3://{BUCKET}/{prefix}/", storage_options=options,
+                                   index_cache=False)  # fmt: skip
+            asyncio.run(ds.awrite_index())
         env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": endpoint.key,
                "AWS_SECRET_ACCESS_KEY": endpoint.secret, "AWS_DEFAULT_REGION": "us-east-1",
                "ZEPHON_CACHE_DIR": str(work / "cache"), "HOME": str(work)}  # fmt: skip
         runs = []
-        for i in range(args.runs):
-            extra = ["--trace"] if args.trace and i == 0 else []
-            out = subprocess.run([sys.executable, "-c", CHILD, f"s3://{BUCKET}/jsonl-index/",
+        for _ in range(args.runs + args.index_cache):  # with the cache: a first run fills it
+            extra = ["--trace"] if args.trace and len(runs) == args.index_cache else []
+            out = subprocess.run([sys.executable, "-c", CHILD, f"s3://{BUCKET}/{prefix}/",
                                   *extra], env=env, capture_output=True, text=True,
                                  check=True)  # fmt: skip
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"# 64,000 JSONL documents (16 shards, persistent index) at +30 ms; "
+        runs = runs[args.index_cache :]
+        how = "warm local index cache" if args.index_cache else "persistent index"
+        print(f"# 64,000 JSONL documents (16 shards, {how}) at +30 ms; "
               f"{args.runs} fresh processes, medians")  # fmt: skip
         for key in ("import", "from_path", "first", "epoch"):
             values = [r[key] for r in runs]
