@@ -30,6 +30,7 @@ from zephon.arrays import distinct
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.index import RowGroupIndex
+from zephon.formats.thrift import read_struct
 from zephon.refs import ShardInfo
 
 __all__ = [
@@ -148,26 +149,68 @@ def index_from_footer(
     footer: bytes, shard_size: int, columns: Sequence[str] | None
 ) -> RowGroupIndex:
     """The :class:`RowGroupIndex` of a shard from its raw footer (the last ``footer_length``
-    bytes). Raises ``ValueError`` if the footer does not parse."""
+    bytes). Raises ``ValueError`` if the footer does not parse or places a column chunk
+    outside the file.
+
+    pyarrow checks that the footer parses and names the columns; the row groups' sizes and
+    offsets are read from the footer's Thrift directly, because pyarrow's accessor for a
+    column chunk's metadata ends the process on some damaged footers (see ``thrift``)."""
     try:
         md = _metadata(footer, shard_size)
     except (OSError, pa.ArrowException) as exc:
         raise ValueError(f"corrupt Parquet footer ({exc})") from None
     cols = _column_indices(md, columns)
-    groups = md.num_row_groups
-    chunks = np.zeros((groups, len(cols), 2), dtype=np.int64)
-    rows = np.zeros(groups + 1, dtype=np.int64)
-    for g in range(groups):
-        rg = md.row_group(g)
-        rows[g + 1] = rows[g] + rg.num_rows
+    groups = _row_groups(footer, md.num_columns)
+    chunks = np.zeros((len(groups), len(cols), 2), dtype=np.int64)
+    rows = np.zeros(len(groups) + 1, dtype=np.int64)
+    data_end = shard_size - len(footer)
+    for g, (num_rows, metas) in enumerate(groups):
+        rows[g + 1] = rows[g] + num_rows
         for j, c in enumerate(cols):
-            col = rg.column(c)
-            start = col.data_page_offset
-            if col.has_dictionary_page and col.dictionary_page_offset is not None:
-                start = min(start, col.dictionary_page_offset)
-            chunks[g, j] = (start, start + col.total_compressed_size)
-    nbytes = (chunks[:, :, 1] - chunks[:, :, 0]).sum(axis=1) if len(cols) else np.zeros(groups)
+            start, stop = _chunk_span(metas[c])
+            if not len(_MAGIC) <= start <= stop <= data_end:
+                raise ValueError(
+                    f"corrupt Parquet footer: row group {g} column {c} spans bytes "
+                    f"{start}-{stop}, outside the data (4-{data_end})"
+                )
+            chunks[g, j] = (start, stop)
+    nbytes = (chunks[:, :, 1] - chunks[:, :, 0]).sum(axis=1) if len(cols) else np.zeros(len(groups))
     return RowGroupIndex(rows, chunks, bytes(footer), nbytes.astype(np.int64))
+
+
+def _row_groups(footer: bytes, num_columns: int) -> list[tuple[int, list[dict[int, Any]]]]:
+    """``(num_rows, [ColumnMetaData fields])`` of each row group in a footer's Thrift."""
+    meta = read_struct(footer[:-8])  # FileMetaData: 4 = row_groups
+    out = []
+    for group in _field(meta, 4, list, "row groups"):
+        num_rows = _field(group, 3, int, "a row group's row count")  # RowGroup: 1 = columns
+        metas = [
+            _field(chunk, 3, dict, "column metadata") for chunk in _field(group, 1, list, "columns")
+        ]
+        if num_rows < 0 or len(metas) != num_columns:
+            raise ValueError(
+                f"corrupt Parquet footer: a row group of {num_rows} rows, {len(metas)} columns"
+            )
+        out.append((num_rows, metas))
+    return out
+
+
+def _chunk_span(meta: dict[int, Any]) -> tuple[int, int]:
+    """Byte range of a column chunk: from its dictionary page (when there is one, before the
+    data pages; some writers store 0 for none) or first data page, ``total_compressed_size``
+    long. ColumnMetaData: 7 = total_compressed_size, 9 = data_page_offset, 11 = dictionary."""
+    start = _field(meta, 9, int, "data page offset")
+    dictionary = meta.get(11)
+    if isinstance(dictionary, int) and 0 < dictionary < start:
+        start = dictionary
+    return start, start + _field(meta, 7, int, "compressed size")
+
+
+def _field(struct_: Any, key: int, kind: type, what: str) -> Any:
+    value = struct_.get(key) if isinstance(struct_, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"corrupt Parquet footer: no valid {what}")
+    return value
 
 
 class ParquetCodec:
