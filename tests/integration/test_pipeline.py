@@ -277,10 +277,12 @@ async def _upload(base: str, options: dict[str, Any], src: Path) -> None:
     await upload(base, options, src)
 
 
+@pytest.mark.parametrize("budget", [None, "small"])
 @pytest.mark.parametrize("fmt", ["jsonl", "webdataset", "compressed"])
 async def test_a_scanned_dataset_is_fetched_once_in_its_first_epoch(
-    fmt: str, tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str
+    fmt: str, budget: str | None, tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str
 ) -> None:
+    """Also when the fetch budget holds a fraction of the scan: the rest waits on local disk."""
     if fmt == "compressed":  # gzip, bz2, xz, zstd streams: whole-shard reads
         expected = write_more_compressed_jsonl(tmp_path / "src")
     else:
@@ -292,10 +294,12 @@ async def test_a_scanned_dataset_is_fetched_once_in_its_first_epoch(
     ds = await Dataset.afrom_path("d", base, storage_options=options, index_cache=False)
     assert ds.discovery_stats.bytes_read == size  # every shard scanned once
     ws = StaticMixtureWorkSource([ds], seed=1, chunk_size=32, stop_after_passes=1)
-    pipe = Pipeline(ws, lanes=2)
+    small = {"fetch_budget_bytes": size // 3} if budget else {}
+    pipe = Pipeline(ws, lanes=2, **small)
     got = [s async for s in pipe]
     assert len(got) == len(expected)
     fetch = pipe.stats()["fetch"]
+    assert fetch["scan_spilled_bytes"] > (0.5 * size if budget else -1)
     assert fetch["bytes"] < 0.05 * size  # the scan's bytes served the epoch
     assert fetch["scan_reused_bytes"] > 0.9 * size
     again = Pipeline(ws, lanes=2)  # the scan was handed over once: a second run fetches

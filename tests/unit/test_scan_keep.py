@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from zephon.storage.keep import ScanKeep
 
 DATA = bytes(range(256)) * 400  # 102,400 bytes, scanned in 4 chunks
@@ -43,3 +45,37 @@ def test_trim_keeps_each_objects_first_chunks_within_the_capacity() -> None:
     assert keep.held == 60_000  # two whole chunks; a chunk is never cut
     assert keep.take("s3://b/a", "v1", 0, 60_000) == DATA[:60_000]
     assert keep.take("s3://b/a", "v1", 60_000, 60_010) is None
+
+
+def test_past_its_memory_a_keep_spills_to_a_file_and_serves_from_it(tmp_path: Path) -> None:
+    keep = ScanKeep(40_000, disk_capacity=1 << 20, disk_dir=str(tmp_path))
+    for at in range(0, len(DATA), 30_000):
+        keep.keep("s3://b/a", "v1", at, DATA[at : at + 30_000])
+    assert keep.held == 30_000 and keep.on_disk == len(DATA) - 30_000  # one chunk in memory
+    assert list(tmp_path.iterdir()) == []  # unnamed: nothing to leave behind
+    assert keep.take("s3://b/a", "v1", 29_000, 95_000) == DATA[29_000:95_000]  # both kinds
+    for at in range(0, len(DATA), 1000):  # the rest of the epoch
+        got = keep.take("s3://b/a", "v1", at, min(at + 1000, len(DATA)))
+        assert got is None or got == DATA[at : at + 1000]
+    assert keep.held == 0 and keep.kept == 0
+    keep.clear()
+    assert keep.on_disk == 0 and keep.spilled_bytes == len(DATA) - 30_000
+
+
+def test_trim_moves_what_memory_cannot_hold_to_the_file(tmp_path: Path) -> None:
+    keep = ScanKeep(1 << 20, disk_capacity=50_000, disk_dir=str(tmp_path))
+    for at in range(0, len(DATA), 30_000):
+        keep.keep("s3://b/a", "v1", at, DATA[at : at + 30_000])
+    keep.trim(35_000)  # memory for one chunk, the file for what fits; the rest is let go
+    assert keep.held == 30_000 and keep.on_disk == 30_000 + 12_400  # the third did not fit
+    assert keep.take("s3://b/a", "v1", 0, 60_000) == DATA[:60_000]
+    assert keep.take("s3://b/a", "v1", 60_000, 61_000) is None
+    assert keep.take("s3://b/a", "v1", 90_000, 92_000) == DATA[90_000:92_000]
+    keep.clear()
+
+
+def test_a_keep_without_disk_room_keeps_only_what_memory_holds() -> None:
+    keep = ScanKeep(40_000)
+    for at in range(0, len(DATA), 30_000):
+        keep.keep("s3://b/a", "v1", at, DATA[at : at + 30_000])
+    assert keep.held == keep.kept == 30_000 and keep.on_disk == 0

@@ -154,6 +154,7 @@ class Dataset:
         cache_dir: str | Path | None = None,
         cache_limit_bytes: int = 64 << 30,
         keep_scan_bytes: int = 256 << 20,
+        keep_scan_disk_bytes: int = 16 << 30,
     ) -> Dataset:
         """Discover the dataset at ``path`` (see :meth:`from_path`) from async code."""
         if not name:
@@ -183,6 +184,7 @@ class Dataset:
                 cache=cache,
                 index_uri=index,
                 keep_scan_bytes=keep_scan_bytes,
+                keep_scan_disk_bytes=keep_scan_disk_bytes,
             )
         return cls(name, found, storage_options, columns, disk)
 
@@ -202,6 +204,7 @@ class Dataset:
         cache_dir: str | Path | None = None,
         cache_limit_bytes: int = 64 << 30,
         keep_scan_bytes: int = 256 << 20,
+        keep_scan_disk_bytes: int = 16 << 30,
     ) -> Dataset:
         """Discover the dataset at ``path``. (Long because every argument is documented here.)
 
@@ -228,7 +231,12 @@ class Dataset:
                 bytes read are kept in memory for the first pipeline over the dataset, which
                 serves its reads from them instead of fetching them again (the very version
                 discovered), counts them in its fetch budget (up to half of it) and lets
-                them go as it reads them. ``0`` keeps none.
+                them go as it reads them. ``0`` keeps none (in memory or on disk).
+            keep_scan_disk_bytes: past ``keep_scan_bytes`` (or past half the fetch budget),
+                up to this many more scanned bytes go to an unnamed temporary file (never more
+                than half the temporary directory's free space), read back from there by the
+                first epoch, so it fetches each shard once in all; the file goes when that
+                pipeline stops (or the process ends). ``0`` keeps none on disk.
 
         Raises:
             NotFound, AccessDenied: the path, bucket or a shard.
@@ -252,6 +260,7 @@ class Dataset:
                 cache_dir=cache_dir,
                 cache_limit_bytes=cache_limit_bytes,
                 keep_scan_bytes=keep_scan_bytes,
+                keep_scan_disk_bytes=keep_scan_disk_bytes,
             )
         )
 

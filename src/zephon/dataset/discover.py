@@ -306,6 +306,7 @@ async def discover(
     cache: IndexCache | None,
     index_uri: str | None = None,
     keep_scan_bytes: int = 0,
+    keep_scan_disk_bytes: int = 0,
 ) -> Discovered:
     """Find a dataset's shards and build every shard index (see the module docstring).
     Long because it is the one place where the discovery paths (persistent index, listing,
@@ -321,8 +322,11 @@ async def discover(
         objects, root = where.objects, where.root
         stats.listed = len(objects) if where.listed else 0
         ctx.root = root
-        if keep_scan_bytes > 0 and scheme_of(root) not in ("file", "memory"):  # not local: worth
-            ctx.keep = ScanKeep(keep_scan_bytes)  # keeping what a scan fetched
+        if keep_scan_bytes > 0 and scheme_of(root) not in (
+            "file",
+            "memory",
+        ):  # not local: worth
+            ctx.keep = ScanKeep(keep_scan_bytes, keep_scan_disk_bytes)  # keeping what a scan read
         index_json: ObjectInfo | None = None
         persistent_info: ObjectInfo | None = None
         for o in objects if where.listed else ():
@@ -374,5 +378,5 @@ async def discover(
     stats.requests = storage.stats.requests - before[0]
     stats.bytes_read = storage.stats.bytes_read - before[1]
     stats.seconds = time.perf_counter() - started
-    keep = ctx.keep if ctx.keep is not None and ctx.keep.held else None
+    keep = ctx.keep if ctx.keep is not None and ctx.keep.kept else None
     return Discovered(fmt, root, shards, indexes, codec, meta, stats, keep)

@@ -161,6 +161,7 @@ class Run:
         fetch["cache_hits"] = cache.hits if cache is not None else 0
         fetch["cache_saved_bytes"] = cache.saved_bytes if cache is not None else 0
         fetch["scan_reused_bytes"] = sum(s.keep.served_bytes for s in self.storages if s.keep)
+        fetch["scan_spilled_bytes"] = sum(s.keep.spilled_bytes for s in self.storages if s.keep)
         disk = self.storages[0].cache if self.storages else None
         if disk is not None:  # one DiskCache shared by the run's storages
             fetch["disk_cache"] = {"hits": disk.stats.hits, "misses": disk.stats.misses,

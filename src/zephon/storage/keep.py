@@ -2,18 +2,25 @@
 
 Formats without random-access metadata (plain JSONL, tar) are discovered by reading every
 shard once. Without this, the first epoch of a dataset with no index reads each of those shards
-twice. A :class:`ScanKeep` holds the scan's chunks (up to a byte capacity), a storage client
-serves any read lying inside them from memory, and each chunk is let go once reads have taken
-(nearly) all of it, so the memory drains as the epoch advances; :meth:`ScanKeep.clear` drops
-what is left when the pipeline that owns it stops. A pipeline counts what it holds in its
-fetch budget (:meth:`ScanKeep.trim` to fit), so kept bytes never add to the memory the
-budget promises.
+twice. A :class:`ScanKeep` holds the scan's chunks (up to a byte capacity in memory, and past
+that up to a second capacity in an unnamed temporary file, which the system removes when it is
+closed or the process ends), a storage client serves any read lying inside them from there, and
+each chunk is let go once reads have taken (nearly) all of it, so the memory drains as the
+epoch advances; :meth:`ScanKeep.clear` drops what is left when the pipeline that owns it stops.
+A pipeline counts what it holds in memory in its fetch budget (:meth:`ScanKeep.trim` moves the
+rest to the file), so kept bytes never add to the memory the budget promises. Reads from the
+file are page-cache reads of a local file: far cheaper than a second request to the store.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
+from typing import IO
 
 __all__ = ["ScanKeep"]
 
@@ -23,37 +30,85 @@ _SLACK = 16 << 10  # a chunk is let go when all but this much was served (a tar'
 @dataclass
 class _Chunks:
     starts: list[int] = field(default_factory=list)
-    data: list[bytes] = field(default_factory=list)
+    data: list[bytes | int] = field(default_factory=list)  # bytes, or where in the file
+    sizes: list[int] = field(default_factory=list)
     served: list[int] = field(default_factory=list)
 
 
 class ScanKeep:
-    """Scanned bytes by (object, version), at most ``capacity`` of them.
+    """Scanned bytes by (object, version): ``capacity`` of them in memory, then up to
+    ``disk_capacity`` more in a temporary file in ``disk_dir`` (the system's temporary
+    directory by default; never more than half its free space).
 
     Not thread-safe: filled by discovery, then read by one pipeline's event loop.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, disk_capacity: int = 0, disk_dir: str | None = None) -> None:
         self.capacity = capacity
-        self.held = 0
+        self.disk_capacity = disk_capacity
+        self.disk_dir = disk_dir
+        self.held = 0  # in memory
+        self.on_disk = 0  # written to the file (its space comes back when the keep is cleared)
         self.served_bytes = 0
+        self.spilled_bytes = 0  # ever written to the file
         self._objects: dict[tuple[str, str], _Chunks] = {}
+        self._file: IO[bytes] | None = None
 
     def __repr__(self) -> str:
-        return f"ScanKeep(objects={len(self._objects)}, held={self.held}, capacity={self.capacity})"
+        return (
+            f"ScanKeep(objects={len(self._objects)}, held={self.held}, "
+            f"capacity={self.capacity}, on_disk={self.on_disk})"
+        )
+
+    @property
+    def kept(self) -> int:
+        """Bytes kept, in memory or on disk."""
+        return sum(sum(c.sizes) for c in self._objects.values())
 
     def keep(self, uri: str, version: str, start: int, data: bytes) -> None:
         """Hold ``data`` (bytes ``start`` on of ``uri``) if there is room; chunks of one object
         must come in order (a scan's)."""
-        if not data or self.held + len(data) > self.capacity:
+        if not data:
             return
-        chunks = self._objects.setdefault((uri, version), _Chunks())
-        if chunks.starts and start < chunks.starts[-1] + len(chunks.data[-1]):
+        chunks = self._objects.get((uri, version))
+        if chunks is not None and start < chunks.starts[-1] + chunks.sizes[-1]:
             return  # out of order or overlapping: not a scan's chunk
+        if self.held + len(data) <= self.capacity:
+            stored: bytes | int = bytes(data)
+            self.held += len(data)
+        else:
+            spilled = self._spill(data)
+            if spilled is None:
+                return
+            stored = spilled
+        chunks = self._objects.setdefault((uri, version), _Chunks())
         chunks.starts.append(start)
-        chunks.data.append(bytes(data))
+        chunks.data.append(stored)
+        chunks.sizes.append(len(data))
         chunks.served.append(0)
-        self.held += len(data)
+
+    def _spill(self, data: bytes) -> int | None:
+        """Append ``data`` to the file; where it went, or ``None`` if there is no room."""
+        if self.on_disk + len(data) > self.disk_capacity:
+            return None
+        try:
+            if self._file is None:
+                folder = self.disk_dir or tempfile.gettempdir()
+                room = shutil.disk_usage(folder).free // 2
+                self.disk_capacity = min(self.disk_capacity, room)
+                if len(data) > self.disk_capacity:
+                    return None
+                # Closed by clear() or when the keep is collected; unnamed, so the system
+                # removes it when closed or if the process dies.
+                self._file = tempfile.TemporaryFile(dir=folder, prefix="zephon-scan-")  # noqa: SIM115
+                self._closer = weakref.finalize(self, self._file.close)
+            at = self.on_disk
+            os.pwrite(self._file.fileno(), data, at)
+        except OSError:  # no temporary directory, or it filled up: fetch those bytes again
+            return None
+        self.on_disk += len(data)
+        self.spilled_bytes += len(data)
+        return at
 
     def take(self, uri: str, version: str, start: int, stop: int) -> bytes | None:
         """Bytes ``[start, stop)`` if kept chunks cover them without a hole, else ``None``."""
@@ -70,44 +125,70 @@ class ScanKeep:
             if j >= len(chunks.starts) or chunks.starts[j] > at:
                 return None  # a hole: not kept (capacity ran out) or already let go
             begin = at - chunks.starts[j]
-            end = min(len(chunks.data[j]), stop - chunks.starts[j])
+            end = min(chunks.sizes[j], stop - chunks.starts[j])
             if end <= begin:
                 return None
             pieces.append((j, begin, end))
             at = chunks.starts[j] + end
             j += 1
-        out = b"".join(chunks.data[k][a:b] for k, a, b in pieces)
+        try:
+            out = b"".join(self._bytes(chunks.data[k], a, b) for k, a, b in pieces)
+        except OSError:
+            return None
         self.served_bytes += len(out)
         for k, a, b in pieces:
             chunks.served[k] += b - a
         self._let_go(uri, version, chunks, [k for k, _, _ in pieces])
         return out
 
+    def _bytes(self, stored: bytes | int, begin: int, end: int) -> bytes:
+        if isinstance(stored, bytes):
+            return stored[begin:end]
+        assert self._file is not None
+        got = os.pread(self._file.fileno(), end - begin, stored + begin)
+        if len(got) != end - begin:
+            raise OSError("the scan's temporary file is shorter than written")
+        return got
+
     def _let_go(self, uri: str, version: str, chunks: _Chunks, touched: list[int]) -> None:
         for k in reversed(touched):
-            size = len(chunks.data[k])
+            size = chunks.sizes[k]
             if chunks.served[k] >= size - min(_SLACK, size // 64):
-                self.held -= size
-                del chunks.starts[k], chunks.data[k], chunks.served[k]
+                if isinstance(chunks.data[k], bytes):
+                    self.held -= size
+                del chunks.starts[k], chunks.data[k], chunks.sizes[k], chunks.served[k]
         if not chunks.starts:
             del self._objects[(uri, version)]
 
     def trim(self, capacity: int) -> None:
-        """Keep at most ``capacity`` bytes: each object's first chunks, in scan order."""
+        """Keep at most ``capacity`` bytes in memory: each object's first chunks, in scan
+        order; the others move to the file while it has room, or are let go."""
         room = capacity
         for key in list(self._objects):
             chunks = self._objects[key]
-            fits = 0
-            while fits < len(chunks.data) and len(chunks.data[fits]) <= room:
-                room -= len(chunks.data[fits])
-                fits += 1
-            self.held -= sum(len(data) for data in chunks.data[fits:])
-            del chunks.starts[fits:], chunks.data[fits:], chunks.served[fits:]
+            drop = []
+            for k, stored in enumerate(chunks.data):
+                if not isinstance(stored, bytes):
+                    continue
+                if len(stored) <= room:
+                    room -= len(stored)
+                    continue
+                self.held -= len(stored)
+                spilled = self._spill(stored)
+                if spilled is None:
+                    drop.append(k)
+                else:
+                    chunks.data[k] = spilled
+            for k in reversed(drop):
+                del chunks.starts[k], chunks.data[k], chunks.sizes[k], chunks.served[k]
             if not chunks.starts:
                 del self._objects[key]
         self.capacity = min(self.capacity, capacity)
 
     def clear(self) -> None:
-        """Let go of everything."""
+        """Let go of everything (the file too)."""
         self._objects.clear()
-        self.held = 0
+        self.held = self.on_disk = 0
+        if self._file is not None:
+            self._closer()
+            self._file = None
