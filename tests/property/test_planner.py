@@ -139,8 +139,14 @@ def test_every_pass_covers_every_sample_once_across_disjoint_lanes(
             seen.update((sh, sm) for _, sh, sm in lane_stream[at : at + share])
         assert set(seen) == all_samples and set(seen.values()) == {1}
     size = len(everything[0]) // passes
-    if shuffle in ("block", "global") and m.num_samples > 20 and lanes == 1 and passes > 1:
-        assert everything[0][:size] != everything[0][size : 2 * size]  # a new order per pass
+    # A new order per pass, where there are many orders to draw from: a block shuffle of a
+    # few runs (4 runs of 5 samples: 24 orders) repeats a pass's order now and then.
+    runs = min(ws.block_sizes[0], m.num_samples) // ws.run_sizes[0]
+    if shuffle == "block" and m.num_samples >= 8:
+        assert runs >= 2  # runs never span a whole block: the order moves them around
+    many = shuffle == "global" or (shuffle == "block" and runs >= 10)
+    if many and m.num_samples > 20 and lanes == 1 and passes > 1:
+        assert everything[0][:size] != everything[0][size : 2 * size]
 
 
 @SETTINGS

@@ -9,9 +9,42 @@ import numpy as np
 from zephon.formats.index import RowGroupIndex
 from zephon.plan.manifest import Manifest
 
-__all__ = ["default_run", "mean_sample_bytes", "probe_sample_bytes"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "default_chunk",
+    "default_run",
+    "mean_sample_bytes",
+    "probe_sample_bytes",
+]
 
 _RUN_TARGET_BYTES = 4 << 20
+DEFAULT_CHUNK = 1024
+_MAX_GROUP_CHUNK = 8192  # rows: a chunk of one larger row group deals the lanes too coarsely
+
+
+def default_chunk(manifests: list[Manifest], mixture_unit: str = "samples") -> int:
+    """Pointers per chunk when the user gives none: 1024, or, when every dataset is Parquet
+    whose whole row groups (each shard's last aside) share one row count ``G`` of at most 8192,
+    the multiple of ``G`` nearest 1024. Chunks (the unit dealt to lanes) then begin and end on
+    row groups, so a row group is not read by two lanes: lanes in different processes (torch
+    ``DataLoader`` workers) share no cache, and each would fetch the whole group. Token
+    mixtures plan chunks of their own: 1024."""
+    if mixture_unit != "samples":
+        return DEFAULT_CHUNK
+    common: set[int] = set()
+    for manifest in manifests:
+        layouts = manifest.layouts[:64]
+        if not layouts or not all(isinstance(x, RowGroupIndex) for x in layouts):
+            return DEFAULT_CHUNK
+        rows = [np.diff(x.row_starts)[:-1] for x in layouts if isinstance(x, RowGroupIndex)]
+        sizes = np.unique(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+        if len(sizes) != 1:
+            return DEFAULT_CHUNK
+        common.add(int(sizes[0]))
+    group = common.pop() if len(common) == 1 else 0
+    if not 0 < group <= _MAX_GROUP_CHUNK:
+        return DEFAULT_CHUNK
+    return group * max(1, round(DEFAULT_CHUNK / group))
 
 
 def default_run(manifest: Manifest, chunk_size: int, block_size: int) -> int:

@@ -19,7 +19,7 @@ from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
 from zephon.plan.order import SHUFFLES, DatasetOrder
 from zephon.plan.planner import LanePlanner, WorkChunk
 from zephon.plan.relane import Draws, Relaned
-from zephon.plan.runs import default_run, probe_sample_bytes
+from zephon.plan.runs import default_chunk, default_run, probe_sample_bytes
 from zephon.refs import Cursor, RangeRequest
 
 __all__ = ["StaticMixtureWorkSource", "WorkChunk"]
@@ -51,7 +51,8 @@ class StaticMixtureWorkSource:
             must divide ``chunk_size`` or be a multiple of it. ``None``: about 4 MiB of samples
             for record formats (a sixteenth of a chunk at least, a quarter of a block at
             most), a row group for Parquet, whose read unit is a row group.
-        chunk_size: pointers per work chunk (also the lane split's unit).
+        chunk_size: pointers per work chunk (also the lane split's unit). ``None``: 1024, or
+            whole Parquet row groups near that (:func:`~zephon.plan.runs.default_chunk`).
         exhausted_policy: ``"repeat"`` (the dataset loops until every dataset completed
             ``stop_after_passes`` passes) or ``"stop"`` (the curriculum ends when this dataset
             completes ``stop_after_passes`` passes, one if ``None``); a scalar or a
@@ -82,7 +83,7 @@ class StaticMixtureWorkSource:
         shuffle: str = "block",
         block_size: int | None = None,
         run_size: int | None = None,
-        chunk_size: int = 1024,
+        chunk_size: int | None = None,
         exhausted_policy: str | Mapping[str, str] = "repeat",
         stop_after_passes: int | None = 1,
         max_repeats: int | Mapping[str, int | None] | None = None,
@@ -99,6 +100,8 @@ class StaticMixtureWorkSource:
             d if isinstance(d, Manifest) else Manifest.from_dataset(d) for d in datasets
         ]
         names = [m.name for m in self.manifests]
+        if chunk_size is None:
+            chunk_size = default_chunk(self.manifests, mixture_unit)
         _check_arguments(self.manifests, shuffle, mixture_unit, chunk_size, block_size, run_size,
                          coalesce_gap_bytes, max_request_bytes)  # fmt: skip
         self.names = names
