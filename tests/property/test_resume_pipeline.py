@@ -35,6 +35,10 @@ HOLDING = {
     "batch-per-dataset": lambda p: p.batch(4, per_dataset=True),
     "filter-ensure-mixture": lambda p: p.filter(fns.keep_even).ensure_mixture(buffer_size=8),
     "shuffle-batch-per-dataset": lambda p: p.shuffle(7).batch(3, per_dataset=True),
+    "tokenize-shuffle": lambda p: p.map(fns.as_text).tokenize("bytes").shuffle(13, warmup=3),
+    "filter-tokenize-twice-shuffle": lambda p: (
+        p.filter(fns.keep_even).map(fns.as_text).tokenize("bytes").tokenize("bytes").shuffle(11)
+    ),
     "shuffle-pack-best-fit": lambda p: (
         p.map(fns.as_tokens).shuffle(9).pack(6, algorithm="best_fit", window=5)
     ),
@@ -207,3 +211,64 @@ def test_resume_is_exact_when_large_records_leave_chunks_in_parts(shuffle: str) 
         again = build()
         again.restore(state)
         assert seen + list(again) == whole, cut
+
+
+@pytest.mark.parametrize("warmup", [0, 16])
+def test_a_restore_tokenizes_only_what_its_window_has_left_to_deliver(
+    monkeypatch: pytest.MonkeyPatch, warmup: int
+) -> None:
+    """Tokenize before a shuffle: a restore replays the window from its start, but the items
+    of it already delivered pass the tokenizer by (they are skipped anyway). The stream is
+    the uninterrupted one at every cut, in order."""
+    from zephon.ops import transform
+    from zephon.pipeline import steps
+
+    encoded: list[int] = []
+    stood_in: list[int] = []
+    real_encode, real_plan = transform.tokenize_batch, steps._replay_plan
+
+    def counting(tok: Any, items: list[Any], refs: Any) -> list[Any]:
+        encoded.append(len(items))
+        return real_encode(tok, items, refs)
+
+    def recording(*args: Any) -> Any:
+        plan = real_plan(*args)
+        stood_in.append(0 if plan is None else len(plan[1]))
+        return plan
+
+    monkeypatch.setattr(transform, "tokenize_batch", counting)
+    docs = [Dataset.from_records("d", [{"id": i} for i in range(700)], samples_per_shard=50)]
+
+    def build() -> Pipeline:
+        ws = StaticMixtureWorkSource(docs, seed=4, chunk_size=64)
+        pipe = Pipeline(ws, rank=0, world_size=1, lanes=2).map(fns.as_text)
+        return pipe.tokenize("bytes").shuffle(128, warmup=warmup).pack(9, pad_id=0)
+
+    def rows(pipe: Pipeline, limit: int | None) -> list[list[int]]:
+        out = []
+        for row in pipe:
+            out.append(row["input_ids"].tolist())
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def resumed(state: dict[str, Any], plan: Any) -> tuple[list[list[int]], int]:
+        monkeypatch.setattr(steps, "_replay_plan", plan)
+        encoded.clear()
+        again = build()
+        again.restore(state)
+        return rows(again, None), sum(encoded)
+
+    whole = rows(build(), None)
+    for cut in (1, 7, 30, 61, 150):
+        first = build()
+        head = rows(first, cut)
+        state = first.checkpoint()
+        first.close()
+        stood_in.clear()
+        tail, fewer = resumed(state, recording)
+        assert head + tail == whole, cut
+        plain_tail, every = resumed(state, lambda *args: None)  # the replay without stand-ins
+        assert plain_tail == tail
+        assert fewer == every - sum(stood_in), cut
+        assert sum(stood_in) > 0, cut  # each cut falls inside some lane's window

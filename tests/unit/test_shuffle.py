@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephon.ops.block import Block
-from zephon.ops.shuffle import first_parts, shuffle_blocks
+from zephon.ops.shuffle import first_parts, replay_skips, shuffle_blocks
 
 
 def _blocks(n: int, per: int) -> list[Block]:
@@ -144,3 +144,32 @@ def test_a_lanes_first_item_does_not_wait_for_its_whole_first_chunk(shuffle: boo
         gate.open.set()
         it.close()
     assert sorted(x["id"] for x in rest) == list(range(3000))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 130), cut=st.integers(0, 200), warmup=st.sampled_from([0, 8]))
+def test_replay_skips_are_items_the_resumed_window_skips_whatever_its_length(
+    n: int, cut: int, warmup: int
+) -> None:
+    """The positions computed before a window is read again are all skipped by it, also
+    when the stream ends inside the window (its order leaves the missing positions out)."""
+    blocks = _blocks(n, 5)
+    out = asyncio.run(_run(blocks, size=50, warmup=warmup))
+    marks = [m for b in out for m in b.marks]
+    items = [x for b in out for x in b.items]
+    k = cut % len(items)
+    lane, cursor, window_start, (state,), hw = marks[k]  # an output's mark: its window's
+    before = (lane, cursor, window_start, (), hw)  # start, and the outputs of it delivered
+    skips = replay_skips(50, 7, warmup, 0, (before, state))
+    # Every position the restore may stand in for is delivered already (or beyond the end).
+    delivered = set(items[: k + 1])
+    assert all(window_start + p >= n or window_start + p in delivered for p in skips)
+    assert len(skips) == (state["skip"] if isinstance(state, dict) else state)
+    resumed = asyncio.run(_run(_from(n, window_start), 50, warmup, (before, state)))
+    assert [x for b in resumed for x in b.items] == items[k + 1 :]
+
+
+def _from(n: int, start: int) -> list[Block]:
+    ids = list(range(start, n))
+    marks = [(0, None, i + 1, (), None) for i in ids]
+    return [Block(0, ids, [(0, 0, i) for i in ids], marks)] if ids else []

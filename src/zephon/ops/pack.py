@@ -281,7 +281,7 @@ def _fit_windows(
     best = spec.algorithm != "first_fit"
     wrap = spec.algorithm == "best_fit_wrap"
 
-    def packed(_: Mark, items: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
+    def packed(_: Mark, items: list[Any], refs: list[Any], __: int) -> tuple[list[Any], list[Any]]:
         docs, fields = _docs(items, spec)
         rows = _fit([len(d) for d in docs], spec.seq_len, best, wrap, spec.max_sequences_per_bin)
         out = [_row(r, docs, fields, spec) for r in rows]

@@ -11,6 +11,12 @@ does), so the first items leave after ``warmup`` inputs rather than a whole wind
 stay aligned: the first ``size`` outputs are a permutation of the first ``size`` inputs. An
 item of a part is marked ``{"skip": j + 1, "part": k}`` (a whole window's, ``j + 1``), so a
 restore replays the very part.
+
+A window's order is the permutation of its full capacity (``size``, or the part's) with the
+positions it lacks left out (only the stream's last window can lack any). So the items a
+restore will skip are known before the window is read again: :func:`replay_skips`. The lane
+marks them (:data:`REPLAYED`) and the tokenize steps between it and the shuffle pass them by:
+a restore tokenizes what it will deliver, not the part of the window already delivered.
 """
 
 from __future__ import annotations
@@ -23,7 +29,22 @@ import numpy as np
 from zephon.ops.block import Block, Mark, high_water
 from zephon.plan.permute import key_of, permute
 
-__all__ = ["first_parts", "shuffle_blocks", "start_mark", "windowed"]
+__all__ = ["REPLAYED", "first_parts", "replay_skips", "shuffle_blocks", "start_mark", "windowed"]
+
+
+class _Replayed:
+    """An item a restored window will skip, standing in for it (never delivered)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REPLAYED"
+
+    def __reduce__(self) -> str:
+        return "REPLAYED"
+
+
+REPLAYED = _Replayed()
 
 
 def start_mark(lane: int, depth: int) -> Mark:
@@ -52,7 +73,7 @@ def _parse(state: Any, parts: tuple[int, ...]) -> tuple[int, int | None]:
     return int(state), (0 if parts and state == 0 else None)  # 0: the lane's start
 
 
-Window = Callable[[Mark, list[Any], list[Any]], tuple[list[Any], list[Any]]]
+Window = Callable[[Mark, list[Any], list[Any], int], tuple[list[Any], list[Any]]]
 
 
 async def windowed(
@@ -65,7 +86,7 @@ async def windowed(
     parts: tuple[int, ...] = (),
 ) -> AsyncIterator[Block]:
     """Cut a lane's items into windows of ``size`` and emit ``transform(mark before the
-    window, items, refs)`` for each, with window-relative marks: output ``j`` of a window is
+    window, items, refs, its capacity)`` for each, with window-relative marks: output ``j`` is
     marked (mark before the window, ``j + 1``), its high water the window's last input's.
     ``parts``: where the parts of the lane's first window end (:func:`first_parts`); output
     ``j`` of part ``k`` is marked ``{"skip": j + 1, "part": k}``.
@@ -83,7 +104,9 @@ async def windowed(
 
     def emit() -> Block:
         nonlocal before, skip, items, refs, marks, part
-        out, out_refs = transform(before, items, refs)
+        out, out_refs = transform(before, items, refs, capacity())
+        if any(x is REPLAYED for x in out[skip:]):  # the skips were computed for this window
+            raise RuntimeError("shuffle: a restored window would deliver a skipped item")
         lane_, cursor, delivered, ops, _ = before
         hw = high_water(marks[-1])
         states = (range(1, len(out) + 1) if part is None
@@ -131,10 +154,33 @@ def shuffle_blocks(
     ``warmup``: the first part of the lane's first window (0: no parts).
     """
 
-    def permuted(before: Mark, items: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
-        n = len(items)
-        key = key_of("shuffle", seed, lane, repr(before[1:3]), before[3])
-        order = permute(np.arange(n), n, key).tolist()
+    def permuted(
+        before: Mark, items: list[Any], refs: list[Any], capacity: int
+    ) -> tuple[list[Any], list[Any]]:
+        order = _order(seed, lane, before, capacity, len(items)).tolist()
         return [items[i] for i in order], [refs[i] for i in order]
 
     return windowed(blocks, size, lane, depth, resume, permuted, first_parts(size, warmup))
+
+
+def _order(seed: int, lane: int, before: Mark, capacity: int, n: int) -> np.ndarray:
+    """The window's order: its capacity's keyed permutation without the positions >= ``n``."""
+    key = key_of("shuffle", seed, lane, repr(before[1:3]), before[3])
+    order = permute(np.arange(capacity), capacity, key)
+    return order if n == capacity else order[order < n]
+
+
+def replay_skips(
+    size: int, seed: int, warmup: int, lane: int, resume: tuple[Mark, Any]
+) -> np.ndarray:
+    """Positions (from the resumed window's start, ascending) of the items the restored
+    shuffle will skip, whatever the window's length turns out to be: the first ``skip`` of
+    the full window's order. (A shorter window skips the first ``skip`` of those that exist,
+    which include every one of these that exists.)"""
+    before, state = resume
+    parts = first_parts(size, warmup)
+    skip, part = _parse(state, parts)
+    capacity = size if part is None else parts[part] - (parts[part - 1] if part else 0)
+    if skip == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(_order(seed, lane, before, capacity, capacity)[:skip])

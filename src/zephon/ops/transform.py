@@ -11,7 +11,7 @@ from typing import Any
 
 from zephon.errors import FormatError, StateMismatch
 from zephon.ops.block import Block, Mark, Provenance, high_water, ref_at
-from zephon.ops.shuffle import start_mark
+from zephon.ops.shuffle import REPLAYED, start_mark
 
 __all__ = ["Chain", "apply_block", "run_apply", "run_batch"]
 
@@ -102,7 +102,11 @@ async def apply_block(
 ) -> Block:
     """One block through a map or filter, in process, awaited, or in the worker pool.
     ``on_skip(ref, message)``: skip samples whose step raised ``FormatError`` (bad input)
-    and report each; without it such an error ends the run like any other."""
+    and report each; without it such an error ends the run like any other.
+    Items a restored shuffle will skip (:data:`~zephon.ops.shuffle.REPLAYED`) pass a
+    tokenize step untouched."""
+    if kind == "tokenize" and any(x is REPLAYED for x in block.items):
+        return await _tokenize_around(fn, block, pool, stage_name, executor)
     if kind == "tokenize":
         if pool is None and executor is not None and getattr(fn, "releases_gil", False):
             # The encoder runs without the GIL: the loop decodes and packs other blocks
@@ -142,6 +146,19 @@ async def apply_block(
         keep = results
         items = [x for x, k in zip(block.items, keep, strict=True) if k]
     return block.kept(keep, items)
+
+
+async def _tokenize_around(
+    fn: Callable[[Any], Any], block: Block, pool: Any, stage_name: str, executor: Executor | None
+) -> Block:
+    """Tokenize a block's items except the :data:`REPLAYED` stand-ins, which stay as they are."""
+    keep = [x is not REPLAYED for x in block.items]
+    real = [x for x in block.items if x is not REPLAYED]
+    if not real:
+        return block
+    done = await apply_block("tokenize", fn, block.kept(keep, real), pool, stage_name, executor)
+    encoded = iter(done.items)
+    return block.with_items([x if x is REPLAYED else next(encoded) for x in block.items])
 
 
 async def _await_each(

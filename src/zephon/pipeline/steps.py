@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
+
 from zephon.engine.channel import Channel, closing
 from zephon.engine.runner import ordered, stage, timed_send
 from zephon.engine.stats import StageStats
@@ -20,7 +22,7 @@ from zephon.ops.group import per_dataset_batches
 from zephon.ops.mixture import ensure_mixture
 from zephon.ops.objects import fetch_block
 from zephon.ops.pack import pack_blocks
-from zephon.ops.shuffle import shuffle_blocks
+from zephon.ops.shuffle import REPLAYED, replay_skips, shuffle_blocks
 from zephon.ops.transform import Chain, apply_block, run_apply
 from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
 from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step, fusable
@@ -62,7 +64,10 @@ def start_steps(
 ) -> Channel[Block]:  # fmt: skip
     """Start the steps ``indices`` of the chain on ``current``; returns their output."""
     depth = sum(step.kind in STATEFUL for step in spec.steps[: indices.start])
+    replay = _replay_plan(spec, indices, resume_mark, lane)
     for label, step in fused(spec.steps, indices):
+        if replay is not None and step is spec.steps[replay[0]]:
+            current = _mark_replayed(tg, spec, res, tag, current, replay[1])
         source, out = current, block_channel(LANE_CHANNEL, spec)
         name = f"{label}[{tag}]"
         stats = res.stats(name, str(step.processes or 1))
@@ -81,6 +86,60 @@ def start_steps(
         tg.create_task(stage(name, stats, body))
         current = out
     return current
+
+
+def _replay_plan(
+    spec: PipelineSpec, indices: range, mark: Mark | None, lane: int
+) -> tuple[int, np.ndarray] | None:
+    """After a restore, where the lane marks the items its shuffle will skip, and which: when
+    the first stateful step is a shuffle (so the lane replays from its window's start) and
+    tokenize steps come just before it (one item out per item in, never dropped, so
+    positions there are the shuffle's), the first of those steps and the positions."""
+    stateful = [i for i in indices if spec.steps[i].kind in STATEFUL]
+    if mark is None or indices.start != 0 or not stateful:
+        return None
+    at = stateful[0]
+    shuffle = spec.steps[at]
+    first = at
+    while first > 0 and spec.steps[first - 1].kind == "tokenize":
+        first -= 1
+    if shuffle.kind != "shuffle" or first == at:
+        return None
+    seed, warmup = shuffle.fn
+    resume = _step_resume(mark, 0)
+    assert resume is not None
+    skips = replay_skips(shuffle.size, seed, warmup, lane, resume)
+    return (first, skips) if len(skips) else None
+
+
+def _mark_replayed(
+    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, tag: str,
+    source: Channel[Block], skips: np.ndarray,
+) -> Channel[Block]:  # fmt: skip
+    """The lane's items with those at positions ``skips`` (counted from the restored window's
+    start) replaced by :data:`REPLAYED`."""
+    out = block_channel(LANE_CHANNEL, spec)
+    name = f"replay[{tag}]"
+    stats = res.stats(name)
+    positions = skips.tolist()
+
+    async def body() -> None:
+        at = i = 0
+        with closing(out):
+            async for block in counted(source, stats):
+                n = len(block.items)
+                if i < len(positions) and positions[i] < at + n:
+                    items = list(block.items)
+                    while i < len(positions) and positions[i] < at + n:
+                        items[positions[i] - at] = REPLAYED
+                        i += 1
+                    block = block.with_items(items)
+                at += n
+                stats.items_out += n
+                await timed_send(out, block, stats)
+
+    tg.create_task(stage(name, stats, body()))
+    return out
 
 
 def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
