@@ -272,3 +272,25 @@ def test_a_restore_tokenizes_only_what_its_window_has_left_to_deliver(
         assert plain_tail == tail
         assert fewer == every - sum(stood_in), cut
         assert sum(stood_in) > 0, cut  # each cut falls inside some lane's window
+
+
+@pytest.mark.parametrize("lanes", [3, 5])
+def test_a_restore_starts_its_lanes_in_turn_and_loses_nothing(lanes: int) -> None:
+    """After a restore, each lane starts once the one before it (in the merge's order) has a
+    block: lanes that have ended, or have nothing left, must not hold the others back."""
+    docs = [Dataset.from_records("d", [{"id": i} for i in range(37)], samples_per_shard=5)]
+
+    def build() -> Pipeline:
+        ws = StaticMixtureWorkSource(docs, seed=2, chunk_size=4)
+        return Pipeline(ws, rank=0, world_size=1, lanes=lanes).shuffle(6, warmup=2)
+
+    whole = [s["id"] for s in build()]
+    for cut in (1, 9, 30, 36):
+        first = build()
+        it = iter(first)
+        head = [next(it)["id"] for _ in range(cut)]
+        state = first.checkpoint()
+        first.close()
+        again = build()
+        again.restore(state)
+        assert head + [s["id"] for s in again] == whole, cut

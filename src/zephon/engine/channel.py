@@ -41,6 +41,7 @@ class Channel(Generic[T]):
         self._bytes = 0
         self._items: deque[T] = deque()
         self._closed = False
+        self._sent = False
         self._error: BaseException | None = None
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
@@ -65,6 +66,7 @@ class Channel(Generic[T]):
         if self._closed:
             raise ChannelClosed("send on a closed channel")
         self._items.append(item)
+        self._sent = True
         if self._weigh is not None:
             self._bytes += self._weigh(item)
         self._readable.set()
@@ -93,6 +95,12 @@ class Channel(Generic[T]):
             self._bytes -= self._weigh(item)
         self._writable.set()
         return item
+
+    async def ready(self) -> None:
+        """Wait until an item has been sent (ever: it may be taken by now) or the channel is
+        closed."""
+        while not self._sent and not self._closed:
+            await self._readable.wait()
 
     def __aiter__(self) -> Channel[T]:
         return self

@@ -71,7 +71,9 @@ def _segment(
         history=history, until=until, window_bytes=spec.read_window_bytes,
     )  # fmt: skip
     budget = res.budgets[lane if owner is None else owner]  # the share of the lane it feeds
-    fetched = _fetch(tg, spec, res, tag, requests, budget)
+    fetched = _fetch(
+        tg, spec, res, tag, requests, budget, res.starts.get(lane if owner is None else owner)
+    )
     decoded = _decode(tg, spec, res, tag, fetched)
     current = block_channel(LANE_CHANNEL, spec)
     name = f"assemble[{tag}]"
@@ -112,12 +114,15 @@ async def _handover(
 
 def _fetch(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
-    requests: AsyncIterator[RangeRequest], budget: CapacityGate,
+    requests: AsyncIterator[RangeRequest], budget: CapacityGate, start: asyncio.Event | None,
 ) -> Channel[list[Fetched]]:  # fmt: skip
     """Neighbouring requests grouped into storage reads, up to ``max_inflight_requests`` in
-    flight, each holding its bytes in the budget until its samples leave decode."""
+    flight, each holding its bytes in the budget until its samples leave decode. The first
+    read waits for ``start`` (the lane's turn to start), if given."""
 
     async def read(group: list[RangeRequest]) -> list[Fetched]:
+        if start is not None and not start.is_set():
+            await start.wait()
         # One reservation for the group's storage read (admitted alone if it exceeds the
         # budget); each request releases its share once decoded.
         reserved = group_reservations(group)

@@ -3,6 +3,7 @@ every stage uses."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ class Resources:
     stages: dict[str, StageStats] = field(default_factory=dict)
     encoder: ThreadPoolExecutor | None = None
     remote: dict[Any, RayPool] = field(default_factory=dict)  # per Ray executor, its actors
+    # Per lane, set when it may start fetching (absent: at once); see ``Run`` (start order).
+    starts: dict[int, asyncio.Event] = field(default_factory=dict)
 
     def pool_for(self, executor: Any) -> Any:
         """Where a step's blocks go: its Ray actors, or the pipeline's process pool."""
