@@ -243,6 +243,32 @@ async def test_persistent_index_replaces_the_scan(
         await read_all(pinned)
 
 
+async def test_a_prefix_seen_without_an_index_probes_and_lists_together(
+    location: Location, tmp_path: Path
+) -> None:
+    """The local index cache notes a prefix that had no persistent index; the next discovery
+    sends the probe and the listing at once, and an index written since still wins."""
+    from zephon.dataset.cache import IndexCache
+
+    base, options, upload = location
+    write_jsonl(tmp_path / "src", shards=4)
+    await upload(tmp_path / "src")
+    where = tmp_path / "cache"
+    first = await Dataset.afrom_path("web", base, storage_options=options, index_cache=where)
+    root = first.root
+    assert IndexCache(where).saw_no_index(root)
+    again = await Dataset.afrom_path("web", base, storage_options=options, index_cache=where)
+    st = again.discovery_stats
+    assert again.shards == first.shards and st.listed == 4 and st.indexed == 0
+    assert st.requests == 1  # the probe (a listing is not a read)
+    assert await read_all(again) == await read_all(first)
+    await again.awrite_index()
+    third = await Dataset.afrom_path("web", base, storage_options=options, index_cache=where)
+    assert third.discovery_stats.from_persistent_index == 4
+    assert third.discovery_stats.listed == 0 and third.shards == first.shards
+    assert not IndexCache(where).saw_no_index(root)
+
+
 async def test_gcs_scheme_spelling_finds_the_same_shards(
     gcs_emulator: GCSEmulator, gcs_bucket: str, tmp_path: Path
 ) -> None:

@@ -71,6 +71,26 @@ class IndexCache:
         self.hits += 1
         return index
 
+    def _root_note(self, root: str) -> Path:
+        key = hashlib.sha256(f"no-index\0{root}".encode()).hexdigest()
+        return self.root / "roots" / f"{key}.none"
+
+    def saw_no_index(self, root: str) -> bool:
+        """Whether the prefix ``root`` had no persistent index when last discovered here."""
+        return self._root_note(root).exists()
+
+    def note_index(self, root: str, present: bool) -> None:
+        """Remember whether ``root`` has a persistent index (only the absence is kept)."""
+        note = self._root_note(root)
+        try:
+            if present:
+                note.unlink(missing_ok=True)
+            else:
+                note.parent.mkdir(parents=True, exist_ok=True)
+                note.touch()
+        except OSError:
+            pass  # a note that cannot be kept only costs a round trip next time
+
     def put(self, uri: str, version: str, size: int, kind: str, index: AnyIndex) -> None:
         path = self._path(uri, version, size, kind)
         try:

@@ -318,15 +318,12 @@ async def discover(
     ctx = _Context(name, storage, cache, list(columns) if columns else None, allow_pickle, stats)
     before = (storage.stats.requests, storage.stats.bytes_read)
     try:
-        where = await locate(storage, path, index_uri, format, name)
+        where = await locate(storage, path, index_uri, format, name, cache)
         objects, root = where.objects, where.root
         stats.listed = len(objects) if where.listed else 0
         ctx.root = root
-        if keep_scan_bytes > 0 and scheme_of(root) not in (
-            "file",
-            "memory",
-        ):  # not local: worth
-            ctx.keep = ScanKeep(keep_scan_bytes, keep_scan_disk_bytes)  # keeping what a scan read
+        if keep_scan_bytes > 0 and scheme_of(root) not in ("file", "memory"):  # remote: keep
+            ctx.keep = ScanKeep(keep_scan_bytes, keep_scan_disk_bytes)  # what a scan reads
         index_json: ObjectInfo | None = None
         persistent_info: ObjectInfo | None = None
         for o in objects if where.listed else ():

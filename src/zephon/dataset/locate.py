@@ -4,7 +4,9 @@ A directory (a prefix) with a persistent index (``zephon index``) is found with 
 one GET of the index, never a listing: the index names every shard with its size and version,
 and reads stay pinned to those versions (a rewritten shard still raises ``ObjectChanged``).
 So a thousand ranks starting at once make two requests each instead of a paginated listing
-each. Without an index, the prefix is listed.
+each. Without an index, the prefix is listed. The local index cache notes a prefix seen
+without an index; next time the index probe and the listing go out together (one round trip
+before the first sample instead of two), and an index that has appeared since still wins.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from zephon.dataset.cache import PERSISTENT_INDEX_NAME, PersistentIndex
+from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
 from zephon.errors import ConfigError, FormatError, NotFound
 from zephon.refs import ObjectInfo
 from zephon.storage import ManagedStorage
@@ -41,7 +44,7 @@ class Located:
 
 async def locate(
     storage: ManagedStorage, path: str | Sequence[str], index_uri: str | None,
-    format: str | None, name: str,
+    format: str | None, name: str, cache: IndexCache | None = None,
 ) -> Located:  # fmt: skip
     """The dataset's objects: from its persistent index when a prefix has one (or ``index_uri``
     names one), else from a listing, a glob or the named objects."""
@@ -49,13 +52,37 @@ async def locate(
         root = _absolute(path)
         if root.endswith("/") or not _has_key(root):
             root = root if root.endswith("/") else root + "/"
-            found = await _persistent(storage, index_uri or root + PERSISTENT_INDEX_NAME, name)
+            together = cache is not None and index_uri is None and cache.saw_no_index(root)
+            listing = asyncio.ensure_future(_resolve(storage, path)) if together else None
+            try:
+                found = await _persistent(storage, index_uri or root + PERSISTENT_INDEX_NAME, name)
+            except BaseException:
+                await _cancel(listing)
+                raise
             if found is not None and format in (None, found.format):
+                await _cancel(listing)
+                if cache is not None:
+                    cache.note_index(root, True)
                 objects = [ObjectInfo(root + e.path, e.size_bytes, e.version)
                            for e in found.entries]  # fmt: skip
                 return Located(objects, root, False, found, index_uri or root)
+            if cache is not None and index_uri is None and found is None:
+                cache.note_index(root, False)
+            if listing is not None:
+                objects, root = await listing
+                return Located(objects, root, True)
     objects, root = await _resolve(storage, path)
     return Located(objects, root, True)
+
+
+async def _cancel(task: asyncio.Future[Any] | None) -> None:
+    """Stop a listing that is no longer wanted (its outcome, an error included, is moot)."""
+    if task is None:
+        return
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: an error of a moot listing is not reported
 
 
 _FIRST_READ = 1 << 20  # an index this small (about 10,000 shards) comes in one GET

@@ -26,11 +26,13 @@ class Channel(Generic[T]):
 
     With ``max_bytes``, the channel is also full once the items it holds weigh that much
     (``weigh(item)``, e.g. a block's bytes); one item is always admitted, whatever its weight.
+    ``on_take(item)`` is called as each item is received.
     """
 
     def __init__(
-        self, capacity: int, max_bytes: int = 0, weigh: Callable[[T], int] | None = None
-    ) -> None:
+        self, capacity: int, max_bytes: int = 0, weigh: Callable[[T], int] | None = None,
+        on_take: Callable[[T], None] | None = None,
+    ) -> None:  # fmt: skip
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if max_bytes and weigh is None:
@@ -46,6 +48,7 @@ class Channel(Generic[T]):
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
+        self._on_take = on_take
 
     def __len__(self) -> int:
         return len(self._items)
@@ -94,6 +97,8 @@ class Channel(Generic[T]):
         if self._weigh is not None:
             self._bytes -= self._weigh(item)
         self._writable.set()
+        if self._on_take is not None:
+            self._on_take(item)
         return item
 
     async def ready(self) -> None:

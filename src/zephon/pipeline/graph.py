@@ -75,7 +75,10 @@ def _segment(
         tg, spec, res, tag, requests, budget, res.starts.get(lane if owner is None else owner)
     )
     decoded = _decode(tg, spec, res, tag, fetched)
-    current = block_channel(LANE_CHANNEL, spec)
+    # The lane may read further ahead by what its first step takes from assembly (not by
+    # what assembly queues for it: four queued blocks would let every lane fetch and decode
+    # a few chunks at start-up, on the CPU its first batch needs).
+    current = block_channel(LANE_CHANNEL, spec, on_take=lambda block: budget.grow(block.nbytes))
     name = f"assemble[{tag}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
@@ -227,7 +230,6 @@ async def _assemble(
             block = ready.pop(0)
             stats.items_out += len(block.items)
             await timed_send(out, block, stats)
-            budget.grow(block.nbytes)  # taken downstream: the lane may read further ahead
 
     assembler = ChunkAssembler(lane, emit, spec.block_bytes)
     with closing(out):

@@ -4,7 +4,7 @@ every stage uses."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,9 +70,11 @@ class Resources:
             self.ledger.add("?", "?", -1, f"{message} (at {ref!r})")
 
 
-def block_channel(capacity: int, spec: PipelineSpec) -> Channel[Block]:
+def block_channel(
+    capacity: int, spec: PipelineSpec, on_take: Callable[[Block], None] | None = None
+) -> Channel[Block]:
     """A channel of at most ``capacity`` blocks and about ``spec.block_bytes``."""
-    return Channel(capacity, spec.block_bytes, _weight)
+    return Channel(capacity, spec.block_bytes, _weight, on_take)
 
 
 def _weight(block: Block) -> int:

@@ -102,10 +102,13 @@ class Run:
                 keep.trim(spec.fetch_budget_bytes // 2 - kept)
                 kept += keep.held
         share = max(1, (spec.fetch_budget_bytes - kept) // max(1, len(spec.my_lanes)))
-        # Each lane's share starts at one read and grows by what its steps take (a block
-        # sent on from assembly): at start-up the first reads have the machine (CPU, link)
-        # to themselves, and a slow consumer never pays for a read-ahead of the whole budget.
-        start = spec.source.max_request_bytes
+        # Each lane's share starts at one read at a time (a gate admits a read larger than
+        # its capacity alone) and grows by what the lane's first step takes from assembly: at
+        # start-up the first reads have the machine (CPU, link) to themselves, and a slow
+        # consumer never pays for a read-ahead of the whole budget. (Starting at one
+        # request's worth, 8 MiB, let each lane fetch and decode four or five chunks while the
+        # consumer waited for its second batch: stall.py, 100 ms steps, 1.7-2.0% waiting.)
+        start = 1
         res.budgets.update((lane, CapacityGate(share, start)) for lane in spec.my_lanes)
         for remote in res.remote.values():
             remote.prestart()

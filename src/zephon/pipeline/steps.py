@@ -208,14 +208,17 @@ async def _in_process(
 
 
 async def first_pieces(blocks: AsyncIterator[Block], first: int) -> AsyncIterator[Block]:
-    """``blocks`` with the first items cut into pieces of ``first``, twice that, and so on,
-    until a piece would hold a whole block (a slow start, as for reads)."""
-    size = first
+    """``blocks`` with the first items cut into pieces of ``first``, ``first`` again, then
+    twice the items so far each time, until a piece would hold a whole block (a slow start,
+    as for reads). The pieces end where a shuffle's warm-up parts of ``first`` do (64, 128,
+    256, ... items), so each part waits for its own items only."""
+    size, done = first, 0
     async for block in blocks:
         while size < len(block.items):
             head, block = block.cut(size)
             yield head
-            size *= 2
+            done += size
+            size = done
         yield block
 
 
