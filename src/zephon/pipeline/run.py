@@ -93,23 +93,7 @@ class Run:
             datasets=list(spec.source.datasets),
             remote={executor: RayPool(executor) for executor in spec.remote_executors()},
         )  # fmt: skip
-        # Scanned bytes kept for the first epoch (up to half the budget) count in the fetch
-        # budget; the rest is shared out between this rank's lanes.
-        kept = 0
-        for storage, dataset in zip(res.storages, spec.source.datasets, strict=True):
-            keep = storage.keep = dataset.take_scan_keep()
-            if keep is not None:
-                keep.trim(spec.fetch_budget_bytes // 2 - kept)
-                kept += keep.held
-        share = max(1, (spec.fetch_budget_bytes - kept) // max(1, len(spec.my_lanes)))
-        # Each lane's share starts at one read at a time (a gate admits a read larger than
-        # its capacity alone) and grows by what the lane's first step takes from assembly: at
-        # start-up the first reads have the machine (CPU, link) to themselves, and a slow
-        # consumer never pays for a read-ahead of the whole budget. (Starting at one
-        # request's worth, 8 MiB, let each lane fetch and decode four or five chunks while the
-        # consumer waited for its second batch: stall.py, 100 ms steps, 1.7-2.0% waiting.)
-        start = 1
-        res.budgets.update((lane, CapacityGate(share, start)) for lane in spec.my_lanes)
+        res.budgets.update(_budgets(spec, res))
         for remote in res.remote.values():
             remote.prestart()
         if res.pool is not None:
@@ -244,6 +228,35 @@ async def calibrate(spec: PipelineSpec, storages: list[ManagedStorage]) -> None:
         tokens = sum(len(s["input_ids"]) for s in tok.batch(samples)) if samples else 0
         ratios[ds.name] = max(tokens, 1) / max(nbytes, 1.0)
     source.calibrate(ratios)
+
+
+def _budgets(spec: PipelineSpec, res: Resources) -> dict[int, CapacityGate]:
+    """Each lane's share of the fetch budget, with its slow start; hands each storage client
+    the scanned bytes kept for the first epoch (they count in the budget)."""
+    # Scanned bytes kept for the first epoch (up to half the budget) count in the fetch
+    # budget; the rest is shared out between this rank's lanes.
+    kept = 0
+    for storage, dataset in zip(res.storages, spec.source.datasets, strict=True):
+        keep = storage.keep = dataset.take_scan_keep()
+        if keep is not None:
+            keep.trim(spec.fetch_budget_bytes // 2 - kept)
+            kept += keep.held
+    share = max(1, (spec.fetch_budget_bytes - kept) // max(1, len(spec.my_lanes)))
+    # A lane whose items go through work after decoding (a map, a tokenizer) starts its
+    # share at one read at a time (a gate admits a read larger than its capacity alone)
+    # and grows it by what its first step takes from assembly: at start-up its first
+    # items' work has the machine to itself, and a slow consumer never pays for a
+    # read-ahead it does not use. (Starting at one request's worth, 8 MiB, let each lane
+    # fetch and decode four or five chunks while the consumer waited for its second
+    # batch: stall.py, 100 ms steps, 1.7-5.4% waiting; now 0.3-0.7%.) A lane that only
+    # decodes starts at a request's worth: decoding is all the work there is, and the
+    # slower ramp cost a plain JSONL epoch 10-20% (peers.py).
+    working = any(step.kind in _WORK for step in spec.steps)
+    start = 1 if working else spec.source.max_request_bytes
+    return {lane: CapacityGate(share, start) for lane in spec.my_lanes}
+
+
+_WORK = ("map", "filter", "tokenize", "fetch_field", "apply")  # steps that work per item
 
 
 def _start_order(spec: PipelineSpec, first: int, ended: list[int]) -> list[int]:
