@@ -242,17 +242,20 @@ def _budgets(spec: PipelineSpec, res: Resources) -> dict[int, CapacityGate]:
             keep.trim(spec.fetch_budget_bytes // 2 - kept)
             kept += keep.held
     share = max(1, (spec.fetch_budget_bytes - kept) // max(1, len(spec.my_lanes)))
-    # A lane whose items go through work after decoding (a map, a tokenizer) starts its
-    # share at one read at a time (a gate admits a read larger than its capacity alone)
-    # and grows it by what its first step takes from assembly: at start-up its first
-    # items' work has the machine to itself, and a slow consumer never pays for a
-    # read-ahead it does not use. (Starting at one request's worth, 8 MiB, let each lane
-    # fetch and decode four or five chunks while the consumer waited for its second
-    # batch: stall.py, 100 ms steps, 1.7-5.4% waiting; now 0.3-0.7%.) A lane that only
-    # decodes starts at a request's worth: decoding is all the work there is, and the
-    # slower ramp cost a plain JSONL epoch 10-20% (peers.py).
-    working = any(step.kind in _WORK for step in spec.steps)
-    start = 1 if working else spec.source.max_request_bytes
+    # A lane whose items go through work in this process after decoding (a map, a
+    # tokenizer on the helper thread) starts its share at one read at a time (a gate admits
+    # a read larger than its capacity alone) and grows it by what its first step takes from
+    # assembly: at start-up its first items' work has the machine to itself, and a slow
+    # consumer never pays for a read-ahead it does not use. (Starting at one request's
+    # worth, 8 MiB, let each lane fetch and decode four or five chunks while the consumer
+    # waited for its second batch: stall.py, 100 ms steps, 1.7-5.4% waiting; now 0.3-0.7%.)
+    # Other lanes start at a request's worth: when decoding is all the work, or the work
+    # runs in worker processes, the slower ramp only starves it (a plain JSONL epoch 10-20%
+    # slower, peers.py; images in 2 workers: first batch 1.44 -> 1.97 s, images.py).
+    in_process = any(s.kind in _WORK and not s.processes and s.executor is None
+                     for s in spec.steps)  # fmt: skip
+    elsewhere = spec.decode_processes > 0 or any(s.processes or s.executor for s in spec.steps)
+    start = 1 if in_process and not elsewhere else spec.source.max_request_bytes
     return {lane: CapacityGate(share, start) for lane in spec.my_lanes}
 
 
