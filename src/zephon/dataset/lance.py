@@ -84,13 +84,19 @@ async def discover_lance(
 
     def read_manifest() -> tuple[int, list[tuple[int, int, int]], list[str]]:
         ds = _open(uri, options, None, name)
-        fields = list(ds.schema.names)
-        frags = []
-        for fragment in ds.get_fragments():
-            size = sum(int(getattr(f, "file_size_bytes", None) or 0)
-                       for f in fragment.data_files())  # fmt: skip
-            frags.append((fragment.fragment_id, fragment.count_rows(), size))
-        return int(ds.version), frags, fields
+        try:  # a damaged manifest can fail (or panic) here, past opening
+            fields = list(ds.schema.names)
+            frags = []
+            for fragment in ds.get_fragments():
+                size = sum(int(getattr(f, "file_size_bytes", None) or 0)
+                           for f in fragment.data_files())  # fmt: skip
+                frags.append((fragment.fragment_id, fragment.count_rows(), size))
+            return int(ds.version), frags, fields
+        except BaseException as exc:
+            if not native_reader_failure(exc):
+                raise
+            raise FormatError(f"cannot read the Lance manifest: {str(exc)[:300]}",
+                              dataset=name, uri=uri) from None  # fmt: skip
 
     version, frags, fields = await asyncio.to_thread(read_manifest)
     if columns is not None:
