@@ -294,3 +294,25 @@ def test_a_restore_starts_its_lanes_in_turn_and_loses_nothing(lanes: int) -> Non
         again = build()
         again.restore(state)
         assert head + [s["id"] for s in again] == whole, cut
+
+
+def test_a_restore_with_tokenize_in_worker_processes_is_exact() -> None:
+    """The stand-ins never cross to a worker: tokenize with ``processes=2`` before a
+    shuffle resumes exactly too."""
+    docs = [Dataset.from_records("d", [{"id": i} for i in range(300)], samples_per_shard=40)]
+
+    def build() -> Pipeline:
+        ws = StaticMixtureWorkSource(docs, seed=6, chunk_size=32)
+        pipe = Pipeline(ws, rank=0, world_size=1, lanes=2).map(fns.as_text)
+        return pipe.tokenize("bytes", processes=2).shuffle(50, warmup=8)
+
+    whole = [s["id"] for s in build()]
+    for cut in (3, 77):
+        first = build()
+        it = iter(first)
+        head = [next(it)["id"] for _ in range(cut)]
+        state = first.checkpoint()
+        first.close()
+        again = build()
+        again.restore(state)
+        assert head + [s["id"] for s in again] == whole, cut
