@@ -284,16 +284,7 @@ def test_a_restore_starts_its_lanes_in_turn_and_loses_nothing(lanes: int) -> Non
         ws = StaticMixtureWorkSource(docs, seed=2, chunk_size=4)
         return Pipeline(ws, rank=0, world_size=1, lanes=lanes).shuffle(6, warmup=2)
 
-    whole = [s["id"] for s in build()]
-    for cut in (1, 9, 30, 36):
-        first = build()
-        it = iter(first)
-        head = [next(it)["id"] for _ in range(cut)]
-        state = first.checkpoint()
-        first.close()
-        again = build()
-        again.restore(state)
-        assert head + [s["id"] for s in again] == whole, cut
+    assert_exact_at_cuts(build, (1, 9, 30, 36))
 
 
 def test_a_restore_with_tokenize_in_worker_processes_is_exact() -> None:
@@ -306,8 +297,14 @@ def test_a_restore_with_tokenize_in_worker_processes_is_exact() -> None:
         pipe = Pipeline(ws, rank=0, world_size=1, lanes=2).map(fns.as_text)
         return pipe.tokenize("bytes", processes=2).shuffle(50, warmup=8)
 
+    assert_exact_at_cuts(build, (3, 77))
+
+
+def assert_exact_at_cuts(build: Any, cuts: tuple[int, ...]) -> None:
+    """Checkpoint a fresh ``build()`` after each of ``cuts`` items, restore it into another
+    and check the ids read before and after are the uninterrupted stream."""
     whole = [s["id"] for s in build()]
-    for cut in (3, 77):
+    for cut in cuts:
         first = build()
         it = iter(first)
         head = [next(it)["id"] for _ in range(cut)]
