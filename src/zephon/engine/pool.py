@@ -61,6 +61,7 @@ class WorkerPool:
     def __init__(self, processes: int) -> None:
         self.processes = processes
         self._executor: ProcessPoolExecutor | None = None
+        self._starting: asyncio.Future[None] | None = None
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -91,9 +92,24 @@ class WorkerPool:
         for _ in range(self.processes):
             executor.submit(_import_all, tuple(modules)).add_done_callback(_ignore_result)
 
+    def start_soon(self, modules: Sequence[str] = ()) -> None:
+        """:meth:`prestart` on a helper thread: starting the fork server and the workers
+        takes a few hundred milliseconds (a fresh interpreter importing ``modules``), which
+        the event loop spends fetching instead. Calls wait for it (:meth:`started`)."""
+        loop = asyncio.get_running_loop()
+        self._starting = loop.run_in_executor(None, self.prestart, tuple(modules))
+        self._starting.add_done_callback(_ignore_result)
+
+    async def started(self) -> None:
+        """Wait until a start begun by :meth:`start_soon` is over (whether or not it
+        worked: a failure is the first call's to report)."""
+        if self._starting is not None:
+            await asyncio.wait([self._starting])
+
     async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker. Exceptions raised by ``fn`` come back with their type."""
         loop = asyncio.get_running_loop()
+        await self.started()
         try:
             return await loop.run_in_executor(self._get(), fn, *args)
         except BrokenProcessPool:

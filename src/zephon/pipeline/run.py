@@ -97,7 +97,7 @@ class Run:
         for remote in res.remote.values():
             remote.prestart()
         if res.pool is not None:
-            res.pool.prestart(spec.step_modules())
+            res.pool.start_soon(spec.step_modules())
         try:
             try:
                 await calibrate(spec, res.storages)
@@ -127,6 +127,7 @@ class Run:
     async def _release(res: Resources) -> None:
         if res.pool is not None:  # idle by now; shutting down takes milliseconds
             pool, res.pool = res.pool, None
+            await pool.started()  # or its workers would start after the shutdown
             pool.shutdown()
         for remote in res.remote.values():
             remote.close()
