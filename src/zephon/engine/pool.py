@@ -18,6 +18,7 @@ import asyncio
 import importlib
 import multiprocessing
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -50,6 +51,11 @@ def _import_all(modules: tuple[str, ...]) -> None:
             continue
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _ignore_result(future: Any) -> None:
     if not future.cancelled():
         future.exception()  # retrieved: never "exception was never retrieved"
@@ -62,6 +68,7 @@ class WorkerPool:
         self.processes = processes
         self._executor: ProcessPoolExecutor | None = None
         self._starting: asyncio.Future[None] | None = None
+        self._starter: threading.Thread | None = None
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -97,14 +104,30 @@ class WorkerPool:
         takes a few hundred milliseconds (a fresh interpreter importing ``modules``), which
         the event loop spends fetching instead. Calls wait for it (:meth:`started`)."""
         loop = asyncio.get_running_loop()
-        self._starting = loop.run_in_executor(None, self.prestart, tuple(modules))
-        self._starting.add_done_callback(_ignore_result)
+        done: asyncio.Future[None] = loop.create_future()
+
+        def start() -> None:
+            try:
+                self.prestart(modules)
+            except Exception:
+                pass  # the first call reports it
+            finally:
+                loop.call_soon_threadsafe(_settle, done)
+
+        # Its own short-lived thread: the loop's default executor would keep a thread alive
+        # after the run.
+        self._starter = threading.Thread(target=start, name="zephon-pool-start", daemon=True)
+        self._starter.start()
+        self._starting = done
 
     async def started(self) -> None:
         """Wait until a start begun by :meth:`start_soon` is over (whether or not it
         worked: a failure is the first call's to report)."""
         if self._starting is not None:
             await asyncio.wait([self._starting])
+            if self._starter is not None:
+                self._starter.join()  # it has settled the future: only its return is left
+                self._starter = None
 
     async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker. Exceptions raised by ``fn`` come back with their type."""
