@@ -435,35 +435,3 @@ def test_a_read_window_changes_the_reads_never_the_samples(window_mb: int, shuff
     if shuffle == "block" and window_mb >= 4:
         assert len(wide) < len(plain_reads)  # wider windows: longer runs per read
 
-
-@SETTINGS
-@given(st.integers(1, 16), st.integers(1, 3), st.data())
-def test_a_lanes_first_chunk_of_large_records_is_read_in_growing_windows(
-    window_mb: int, lanes: int, data: st.DataObject
-) -> None:
-    """The first batch waits for its own items: in a lane's first chunk (fresh or resumed),
-    a read never spans more than a window of 64, 64, 128, 256... positions (then full
-    windows); later chunks read full windows; the samples are the same either way."""
-    from zephon.plan.manifest import _Records
-
-    sizes = [63] * 15 + [55]
-    layouts = [_Records(RecordIndex(np.arange(n + 1, dtype=np.int64) * 70_000)) for n in sizes]
-    ds = in_memory("images", "images-r", sizes, layouts)
-    ws = StaticMixtureWorkSource([ds], seed=3, shuffle="block", chunk_size=256, run_size=16,
-                                 max_request_bytes=8 << 20, stop_after_passes=1)  # fmt: skip
-    lane = data.draw(st.integers(0, lanes - 1))
-    requests = asyncio.run(collect(ws, lane, lanes, window_bytes=window_mb << 20))
-    assert from_requests(requests) == stream(ws, lane, lanes)
-    per = (window_mb << 20) // 70_000  # positions in a full window
-    first = min(r.cursor.chunk for r in requests)
-
-    def spans_early_windows(r: Any) -> bool:  # a read over two of the growing windows
-        lo, hi = int(r.slots.min()), int(r.slots.max())
-        return hi >= 2 * max(64, lo + 1) and lo < 512
-
-    assert not any(spans_early_windows(r) for r in requests if r.cursor.chunk == first)
-    if per >= 160:  # full windows are larger than the growing ones: later chunks use them
-        later = [r for r in requests if r.cursor.chunk == first + 1 and r.chunk_length == 256]
-        assert not later or any(spans_early_windows(r) for r in later)
-    if per >= 64:  # the first 64 items: one read per run (256 / 16 runs)
-        assert len([r for r in requests if r.cursor.chunk == first and r.slots.max() < 64]) <= 16

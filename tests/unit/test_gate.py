@@ -108,3 +108,38 @@ async def test_a_slow_start_grows_by_what_is_used_up_to_the_capacity() -> None:
     for _ in range(20):
         gate.grow(5)
     assert gate.capacity == 100  # never beyond the limit
+
+
+async def test_a_loan_raises_a_slow_start_while_it_lasts() -> None:
+    gate = CapacityGate(100, start=10)
+    await gate.acquire(10)
+    waiter = asyncio.create_task(gate.acquire(20))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    gate.lend(15)  # held bytes waiting on further reads: not enough yet
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    gate.lend(5)
+    await waiter
+    assert gate.held == 30
+    gate.lend(-20)  # given back: the capacity is the slow start's again
+    gate.release(20)
+    late = asyncio.create_task(gate.acquire(5))
+    await asyncio.sleep(0)
+    assert not late.done()  # 10 held of a capacity of 10
+    gate.lend(-50)  # more than was lent: the loan ends, the capacity stays
+    gate.release(10)
+    await late
+    assert gate.capacity == 10
+
+
+async def test_a_loan_never_lifts_the_limit() -> None:
+    gate = CapacityGate(20, start=5)
+    await gate.acquire(5)
+    gate.lend(1000)
+    await gate.acquire(15)
+    waiter = asyncio.create_task(gate.acquire(1))
+    await asyncio.sleep(0)
+    assert not waiter.done() and gate.held == 20
+    gate.release(1)
+    await waiter

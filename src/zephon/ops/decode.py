@@ -147,6 +147,11 @@ class ChunkAssembler:
         if self._first is not None and len(slots):
             self._stream_first(slots)
 
+    @property
+    def held(self) -> int:
+        """Bytes of the items it holds back, waiting for earlier slots."""
+        return self._held
+
     def _stream_first(self, slots: Ints) -> None:
         """Let the lane's first chunk leave up to its first slot no read has filled (the
         first read holds the lowest slot: the chunk's start, or where a restore resumes)."""

@@ -27,7 +27,7 @@ from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_g
 from zephon.pipeline.handover import residue_end, residue_resume
 from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
 from zephon.pipeline.spec import PipelineSpec
-from zephon.pipeline.steps import start_steps
+from zephon.pipeline.steps import grower, start_steps
 from zephon.refs import RangeRequest
 from zephon.storage.gate import CapacityGate
 
@@ -55,7 +55,7 @@ def build_lane(
     else:
         head = _segment(tg, spec, res, lane, spec.lanes, resume, history)
     rest = range(spec.stateful_prefix, len(spec.steps))
-    return start_steps(tg, spec, res, str(lane), head, rest, lane, None)
+    return start_steps(tg, spec, res, str(lane), head, rest, lane, None, res.budgets[lane])
 
 
 def _segment(
@@ -75,16 +75,16 @@ def _segment(
         tg, spec, res, tag, requests, budget, res.starts.get(lane if owner is None else owner)
     )
     decoded = _decode(tg, spec, res, tag, fetched)
-    # The lane may read further ahead by what its first step takes from assembly (not by
-    # what assembly queues for it: four queued blocks would let every lane fetch and decode
-    # a few chunks at start-up, on the CPU its first batch needs).
-    current = block_channel(LANE_CHANNEL, spec, on_take=lambda block: budget.grow(block.nbytes))
+    # The lane may read further ahead by what its first step has done (see start_steps),
+    # or, with no steps, by what the merge takes.
+    current = block_channel(LANE_CHANNEL, spec, on_take=None if spec.steps else grower(budget))
     name = f"assemble[{tag}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
                                                 budget)))  # fmt: skip
     mark: Mark | None = resume["mark"] if resume is not None else None
-    return start_steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark)
+    return start_steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark,
+                       budget)  # fmt: skip
 
 
 async def _handover(
@@ -244,14 +244,19 @@ async def _assemble(
             for pos, message in failed:
                 res.ledger.add(datasets[r.dataset].name, r.uri, int(r.samples[pos]), message)
             if spec.deterministic:
+                held = assembler.held
                 assembler.add(r.cursor, r.slots, items, r.dataset, r.shard, r.samples,
                               bool(failed), f.reserved)  # fmt: skip
+                # What the assembler holds back waits for other reads of the chunk (its runs
+                # interleave): lent to the slow start while held, so those reads get in.
+                budget.lend(assembler.held - held)
             else:
                 n = len(r.samples)
                 rows = ChunkRows(lane, r.cursor, np.full(n, r.dataset), np.full(n, r.shard),
                                  r.samples, r.slots + 1)  # fmt: skip
                 emit(items, rows, bool(failed), f.reserved)
             await send_ready()
+        budget.lend(-assembler.held)
         assembler.flush()
         await send_ready()
 

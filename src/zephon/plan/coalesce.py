@@ -80,7 +80,6 @@ def coalesce_chunks(
     max_bytes: int,
     chunk_size: int,
     window_bytes: int | None = None,
-    ramp: bool = False,
 ) -> list[PlannedReads]:
     """The reads of consecutive chunks at once: pointers ``[j * chunk_size, (j + 1) *
     chunk_size)`` form chunk ``j`` (the last may be shorter). No read spans two chunks, so
@@ -117,8 +116,7 @@ def coalesce_chunks(
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
     windows = _slot_windows(datasets, units, starts, stops, slots % chunk_size,
-                            window_bytes or max_bytes, chunk_size,
-                            slots < chunk_size if ramp else None)  # fmt: skip
+                            window_bytes or max_bytes, chunk_size)  # fmt: skip
     keys = (datasets, shards, units, windows, starts)
     ordered = in_order(keys, within=chunk)  # storage order already (no shuffle, say)
     if ordered:
@@ -212,7 +210,7 @@ def _storage_order(
 
 def _slot_windows(
     datasets: np.ndarray, units: np.ndarray, starts: np.ndarray, stops: np.ndarray,
-    positions: np.ndarray, max_bytes: int, chunk_size: int, ramp: np.ndarray | None = None,
+    positions: np.ndarray, max_bytes: int, chunk_size: int,
 ) -> np.ndarray:  # fmt: skip
     """Per pointer, the window of its chunk it may be read with: record samples of a
     dataset whose chunk weighs more than ``max_bytes`` are only coalesced within windows of
@@ -220,14 +218,7 @@ def _slot_windows(
 
     A read then never spans more than a window of the curriculum, so whoever puts a chunk's
     samples back in order holds about a window of them, not the chunk (large records). With
-    small records the chunk fits one window and reads are as before.
-
-    Pointers in ``ramp`` (a lane's first chunk) start with windows of ``RAMP_FIRST``,
-    ``RAMP_FIRST``, then twice the positions so far, up to the full window: a block-shuffled
-    chunk interleaves its runs, so its first items are complete only once every run's
-    read of the first window has arrived. Small first windows let the first batch wait for
-    its own items (images: 256 of them, 18 MB, instead of a 32 MB window), at the cost of a
-    few more, smaller reads in that chunk only."""
+    small records the chunk fits one window and reads are as before."""
     windows = np.zeros(len(datasets), np.int64)
     if not len(datasets) or int((stops - starts).max()) * chunk_size <= max_bytes:
         return windows  # no sample is large enough for its dataset's chunk to need windows
@@ -237,27 +228,8 @@ def _slot_windows(
             continue
         mean = float((stops[mask] - starts[mask]).mean())
         if mean * chunk_size > max_bytes:
-            per = max(1, int(max_bytes // max(mean, 1.0)))
-            windows[mask] = positions[mask] // per
-            if ramp is not None and (early := mask & ramp).any():
-                windows[early] = _ramp_windows(positions[early], per)
+            windows[mask] = positions[mask] // max(1, int(max_bytes // max(mean, 1.0)))
     return windows
-
-
-RAMP_FIRST = 64  # positions in the first read window of a lane (as its first pieces)
-
-
-def _ramp_windows(positions: np.ndarray, per: int) -> np.ndarray:
-    """Windows of ``RAMP_FIRST``, ``RAMP_FIRST``, then as many positions as all before,
-    while smaller than ``per``; then windows of ``per``."""
-    edges = [0]
-    size = RAMP_FIRST
-    while size < per:
-        edges.append(edges[-1] + size)
-        size = edges[-1]
-    last = edges[-1]
-    ramped = np.searchsorted(np.array(edges), positions, side="right") - 1
-    return np.where(positions < last, ramped, len(edges) - 1 + (positions - last) // per)
 
 
 def _split_reads(

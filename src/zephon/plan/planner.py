@@ -82,27 +82,24 @@ class LanePlanner:
         self.quotas: list[int | None] | None = None if quotas[0] is None else quotas
 
     def chunks(self, cursor: Cursor) -> Iterator[WorkChunk]:
-        """Chunks from ``cursor`` to the end of the lane's curriculum (or forever). The first
-        is read in growing windows (see :func:`~zephon.plan.coalesce.coalesce_chunks`)."""
-        ramp = True
+        """Chunks from ``cursor`` to the end of the lane's curriculum (or forever)."""
         while True:
             if self.source.mixture_unit == "tokens":  # picks depend on the chunk before
-                chunk = self._plan_token_chunk(cursor, ramp)
+                chunk = self._plan_token_chunk(cursor)
                 planned = [] if chunk is None else [chunk]
             else:
-                planned = self._plan_chunks(cursor, self.at_once, ramp)
+                planned = self._plan_chunks(cursor, self.at_once)
             if not planned:
                 return
             yield from planned
             cursor = planned[-1].next_cursor
-            ramp = False
 
     def _room(self, counts: Sequence[int]) -> list[int | None] | None:
         if self.quotas is None:
             return None
         return [None if q is None else q - c for q, c in zip(self.quotas, counts, strict=True)]
 
-    def _plan_chunks(self, cursor: Cursor, count: int, ramp: bool = False) -> list[WorkChunk]:
+    def _plan_chunks(self, cursor: Cursor, count: int) -> list[WorkChunk]:
         """The next ``count`` chunks (fewer at the end) of a sample mixture, planned in one
         pass: mixing, locating and coalescing are per-pointer functions, so planning chunks
         together gives exactly the chunks planned one by one, for a fraction of the numpy
@@ -125,7 +122,7 @@ class LanePlanner:
                 where = picks == d
                 shards[where], samples[where] = self._locate(d, int(counts[d]), int(taken[d]))
         reads = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
-                                src.max_request_bytes, n, self.window_bytes, ramp)  # fmt: skip
+                                src.max_request_bytes, n, self.window_bytes)  # fmt: skip
         chunks = len(reads)
         if len(drawn) == 1:  # every pointer is that dataset's: chunk lengths are the counts
             per_chunk = np.zeros((chunks, k), np.int64)
@@ -143,7 +140,7 @@ class LanePlanner:
             cursor = nxt
         return out
 
-    def _plan_token_chunk(self, cursor: Cursor, ramp: bool = False) -> WorkChunk | None:
+    def _plan_token_chunk(self, cursor: Cursor) -> WorkChunk | None:
         """The next chunk of a token mixture: its picks depend on the byte sizes of the
         samples each dataset would give next, so it is planned alone."""
         src = self.source
@@ -173,7 +170,7 @@ class LanePlanner:
                      tuple(int(c) for c in counts + taken), tuple(tokens_after))  # fmt: skip
         (reads,) = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
                                    src.max_request_bytes, len(picks),
-                                   self.window_bytes, ramp)  # fmt: skip
+                                   self.window_bytes)  # fmt: skip
         return WorkChunk(cursor, picks, shards, samples, reads, nxt, src.manifests)
 
     def _locate(self, d: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,7 @@ class CapacityGate:
         self._limit = capacity
         self._capacity = capacity if start is None else max(1, min(start, capacity))
         self._held = 0
+        self._lent = 0  # see lend()
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @property
@@ -48,7 +49,8 @@ class CapacityGate:
         self._wake()
 
     def _fits(self, n: int) -> bool:
-        return self._held == 0 or self._held + n <= self._capacity
+        room = min(self._limit, self._capacity + self._lent)
+        return self._held == 0 or self._held + n <= room
 
     async def acquire(self, n: int = 1) -> None:
         if not self._waiters and self._fits(n):
@@ -76,6 +78,13 @@ class CapacityGate:
         if self._capacity < self._limit:
             self._capacity = min(self._limit, self._capacity + n)
             self._wake()
+
+    def lend(self, n: int) -> None:
+        """Raise a slow start's capacity by ``n`` for as long as the owner needs (a negative
+        ``n`` gives it back), up to the limit: bytes that wait on further work to be of use
+        (a chunk's reads held for the reads of its other runs) must not keep that work out."""
+        self._lent = max(0, self._lent + n)
+        self._wake()
 
     def _wake(self) -> None:
         while self._waiters:
