@@ -27,7 +27,7 @@ from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_g
 from zephon.pipeline.handover import residue_end, residue_resume
 from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
 from zephon.pipeline.spec import PipelineSpec
-from zephon.pipeline.steps import grower, start_steps
+from zephon.pipeline.steps import grower, grows_on_output, start_steps
 from zephon.refs import RangeRequest
 from zephon.storage.gate import CapacityGate
 
@@ -75,9 +75,10 @@ def _segment(
         tg, spec, res, tag, requests, budget, res.starts.get(lane if owner is None else owner)
     )
     decoded = _decode(tg, spec, res, tag, fetched)
-    # The lane may read further ahead by what its first step has done (see start_steps),
-    # or, with no steps, by what the merge takes.
-    current = block_channel(LANE_CHANNEL, spec, on_take=None if spec.steps else grower(budget))
+    # The lane may read further ahead by what its first step takes from assembly, or, if
+    # that step runs on workers, by what it has done (see start_steps).
+    on_take = None if grows_on_output(spec) else grower(budget)
+    current = block_channel(LANE_CHANNEL, spec, on_take=on_take)
     name = f"assemble[{tag}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
