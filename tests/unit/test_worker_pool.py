@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,18 @@ async def test_the_loop_runs_while_the_pool_starts() -> None:
     finally:
         ticker.cancel()
         pool.shutdown()
+
+
+async def test_a_shutdown_during_the_start_leaves_no_workers() -> None:
+    from multiprocessing import forkserver
+
+    pool = WorkerPool(2)
+    pool.start_soon(["json"])
+    pool.shutdown()  # at once: the start is under way on its thread
+    assert not pool.pids()
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    children = Path(f"/proc/{server}/task/{server}/children")
+    if server is None or not children.exists():
+        pytest.skip("needs the fork server and /proc")
+    assert children.read_text().split() == []  # every worker it forked has exited
+    await pool.started()

@@ -147,7 +147,12 @@ class WorkerPool:
         return list(self._executor._processes)
 
     def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
-        """Stop the workers: asked to exit, waited for up to ``timeout_s``, then terminated."""
+        """Stop the workers: asked to exit, waited for up to ``timeout_s``, then terminated.
+        A start still under way is waited for first (synchronously: a shutdown must not be
+        cancellable, or a pool would outlive its run and hold the interpreter's exit)."""
+        if self._starter is not None:
+            self._starter.join(timeout_s)
+            self._starter = None
         if self._executor is None:
             return
         executor, self._executor = self._executor, None

@@ -127,8 +127,7 @@ class Run:
     async def _release(res: Resources) -> None:
         if res.pool is not None:  # idle by now; shutting down takes milliseconds
             pool, res.pool = res.pool, None
-            await pool.started()  # or its workers would start after the shutdown
-            pool.shutdown()
+            pool.shutdown()  # waits for a start under way
         for remote in res.remote.values():
             remote.close()
         if res.encoder is not None:  # at most one block's encoding to finish
