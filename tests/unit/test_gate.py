@@ -110,26 +110,29 @@ async def test_a_slow_start_grows_by_what_is_used_up_to_the_capacity() -> None:
     assert gate.capacity == 100  # never beyond the limit
 
 
-async def test_a_loan_raises_a_slow_start_while_it_lasts() -> None:
+async def test_a_loan_raises_a_slow_start_for_its_borrowers_while_it_lasts() -> None:
     gate = CapacityGate(100, start=10)
     await gate.acquire(10)
-    waiter = asyncio.create_task(gate.acquire(20))
+    may_borrow = False
+    waiter = asyncio.create_task(gate.acquire(20, lambda: may_borrow))
+    other = asyncio.create_task(gate.acquire(1))  # queued behind it, never borrows
     await asyncio.sleep(0)
-    assert not waiter.done()
-    gate.lend(15)  # held bytes waiting on further reads: not enough yet
+    gate.lend(30)
     await asyncio.sleep(0)
-    assert not waiter.done()
-    gate.lend(5)
+    assert not waiter.done()  # lent, but not to this one (yet)
+    may_borrow = True  # asked again as the gate looks at its waiters
+    gate.lend(0)
     await waiter
     assert gate.held == 30
-    gate.lend(-20)  # given back: the capacity is the slow start's again
-    gate.release(20)
-    late = asyncio.create_task(gate.acquire(5))
     await asyncio.sleep(0)
-    assert not late.done()  # 10 held of a capacity of 10
-    gate.lend(-50)  # more than was lent: the loan ends, the capacity stays
+    assert not other.done()  # 30 held of a capacity of 10: it may not use the loan
+    gate.lend(-30)  # given back
+    gate.release(20)
+    await asyncio.sleep(0)
+    assert not other.done()  # 10 held of 10
     gate.release(10)
-    await late
+    await other
+    gate.lend(-50)  # more than was lent: the loan ends, the capacity stays
     assert gate.capacity == 10
 
 
@@ -137,8 +140,8 @@ async def test_a_loan_never_lifts_the_limit() -> None:
     gate = CapacityGate(20, start=5)
     await gate.acquire(5)
     gate.lend(1000)
-    await gate.acquire(15)
-    waiter = asyncio.create_task(gate.acquire(1))
+    await gate.acquire(15, lambda: True)
+    waiter = asyncio.create_task(gate.acquire(1, lambda: True))
     await asyncio.sleep(0)
     assert not waiter.done() and gate.held == 20
     gate.release(1)

@@ -28,7 +28,7 @@ from zephon.pipeline.handover import residue_end, residue_resume
 from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.steps import grower, grows_on_output, start_steps
-from zephon.refs import RangeRequest
+from zephon.refs import Cursor, RangeRequest
 from zephon.storage.gate import CapacityGate
 
 __all__ = ["build_lane"]
@@ -71,9 +71,9 @@ def _segment(
         history=history, until=until, window_bytes=spec.read_window_bytes,
     )  # fmt: skip
     budget = res.budgets[lane if owner is None else owner]  # the share of the lane it feeds
-    fetched = _fetch(
-        tg, spec, res, tag, requests, budget, res.starts.get(lane if owner is None else owner)
-    )
+    holding: list[Cursor | None] = [None]  # the chunk the assembler holds items of, if any
+    fetched = _fetch(tg, spec, res, tag, requests, budget,
+                     res.starts.get(lane if owner is None else owner), holding)  # fmt: skip
     decoded = _decode(tg, spec, res, tag, fetched)
     # The lane may read further ahead by what its first step takes from assembly, or, if
     # that step runs on workers, by what it has done (see start_steps).
@@ -82,7 +82,7 @@ def _segment(
     name = f"assemble[{tag}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
-                                                budget)))  # fmt: skip
+                                                budget, holding)))  # fmt: skip
     mark: Mark | None = resume["mark"] if resume is not None else None
     return start_steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark,
                        budget)  # fmt: skip
@@ -119,10 +119,12 @@ async def _handover(
 def _fetch(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
     requests: AsyncIterator[RangeRequest], budget: CapacityGate, start: asyncio.Event | None,
+    holding: list[Cursor | None],
 ) -> Channel[list[Fetched]]:  # fmt: skip
     """Neighbouring requests grouped into storage reads, up to ``max_inflight_requests`` in
     flight, each holding its bytes in the budget until its samples leave decode. The first
-    read waits for ``start`` (the lane's turn to start), if given."""
+    read waits for ``start`` (the lane's turn to start), if given. Reads of the chunk the
+    assembler holds items of (``holding``) may use what it lends the budget."""
 
     async def read(group: list[RangeRequest]) -> list[Fetched]:
         if start is not None and not start.is_set():
@@ -130,7 +132,7 @@ def _fetch(
         # One reservation for the group's storage read (admitted alone if it exceeds the
         # budget); each request releases its share once decoded.
         reserved = group_reservations(group)
-        await budget.acquire(sum(reserved))
+        await budget.acquire(sum(reserved), lambda: any(r.cursor == holding[0] for r in group))
         try:
             return await read_group(res.storages, group, reserved, res.range_cache)
         except BaseException:
@@ -205,10 +207,11 @@ async def _decode_local(
 
 async def _assemble(
     spec: PipelineSpec, res: Resources, lane: int, decoded: Channel[Decoded],
-    out: Channel[Block], stats: StageStats, budget: CapacityGate,
+    out: Channel[Block], stats: StageStats, budget: CapacityGate, holding: list[Cursor | None],
 ) -> None:  # fmt: skip
     """Reads' samples back into chunk slot order (or completion order), as blocks; releases
-    each read's bytes from the budget and records samples skipped under ``on_error="skip"``."""
+    each read's bytes from the budget and records samples skipped under ``on_error="skip"``.
+    What it holds back is lent to the budget for the reads of that chunk (``holding``)."""
     datasets = spec.source.datasets
     ready: list[Block] = []
 
@@ -250,6 +253,7 @@ async def _assemble(
                               bool(failed), f.reserved)  # fmt: skip
                 # What the assembler holds back waits for other reads of the chunk (its runs
                 # interleave): lent to the slow start while held, so those reads get in.
+                holding[0] = r.cursor if assembler.held else None
                 budget.lend(assembler.held - held)
             else:
                 n = len(r.samples)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 __all__ = ["AdaptiveConcurrency", "CapacityGate"]
+
+Borrow = Callable[[], bool] | None  # whether an acquire may use what is lent, asked when it waits
 
 
 class CapacityGate:
@@ -34,7 +36,7 @@ class CapacityGate:
         self._capacity = capacity if start is None else max(1, min(start, capacity))
         self._held = 0
         self._lent = 0  # see lend()
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._waiters: deque[tuple[int, asyncio.Future[None], Borrow]] = deque()
 
     @property
     def capacity(self) -> int:
@@ -48,16 +50,20 @@ class CapacityGate:
         self._capacity = self._limit = max(1, capacity)
         self._wake()
 
-    def _fits(self, n: int) -> bool:
-        room = min(self._limit, self._capacity + self._lent)
-        return self._held == 0 or self._held + n <= room
+    def _fits(self, n: int, borrow: Borrow) -> bool:
+        if self._held == 0 or self._held + n <= self._capacity:
+            return True
+        lent = self._lent if borrow is not None and self._lent and borrow() else 0
+        return self._held + n <= min(self._limit, self._capacity + lent)
 
-    async def acquire(self, n: int = 1) -> None:
-        if not self._waiters and self._fits(n):
+    async def acquire(self, n: int = 1, borrow: Borrow = None) -> None:
+        """Hold ``n`` units once they fit. What is lent (:meth:`lend`) counts as room while
+        ``borrow()`` says so (asked each time the waiter is looked at)."""
+        if not self._waiters and self._fits(n, borrow):
             self._held += n
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (n, fut)
+        entry = (n, fut, borrow)
         self._waiters.append(entry)
         try:
             await fut
@@ -80,19 +86,20 @@ class CapacityGate:
             self._wake()
 
     def lend(self, n: int) -> None:
-        """Raise a slow start's capacity by ``n`` for as long as the owner needs (a negative
-        ``n`` gives it back), up to the limit: bytes that wait on further work to be of use
-        (a chunk's reads held for the reads of its other runs) must not keep that work out."""
+        """Raise a slow start's capacity by ``n`` for the acquires that ``borrow``, for as
+        long as the owner needs (a negative ``n`` gives it back), up to the limit: bytes that
+        wait on further work to be of use (a chunk's reads held for the reads of its other
+        runs) must not keep that work out, and nothing else may use the room."""
         self._lent = max(0, self._lent + n)
         self._wake()
 
     def _wake(self) -> None:
         while self._waiters:
-            n, fut = self._waiters[0]
+            n, fut, borrow = self._waiters[0]
             if fut.done():
                 self._waiters.popleft()
                 continue
-            if not self._fits(n):
+            if not self._fits(n, borrow):
                 return
             self._waiters.popleft()
             self._held += n
