@@ -8,6 +8,7 @@ The names below are imported on first use (PEP 562): a worker process that impor
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from zephon.errors import (
@@ -56,9 +57,12 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"zephon.{name}") is not None:
+        value = importlib.import_module(f"zephon.{name}")  # a subpackage: zephon.pipeline...
+    else:
         raise AttributeError(f"module 'zephon' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # once: later lookups are plain attribute reads
     return value
 

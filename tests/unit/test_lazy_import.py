@@ -15,10 +15,11 @@ import zephon
 def test_an_operator_module_imports_without_the_rest_of_zephon() -> None:
     heavy = ["zephon.pipeline", "zephon.dataset", "zephon.storage.s3", "aiohttp", "aiobotocore",
              "pyarrow"]  # fmt: skip
-    code = f"import sys, zephon.ops.image; print([m for m in {heavy!r} if m in sys.modules])"
+    code = (f"import sys, zephon.ops.image; print([m for m in {heavy!r} if m in sys.modules]);"
+            "import zephon; print(zephon.pipeline.Pipeline.__name__)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)  # fmt: skip
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.split() == ["[]", "Pipeline"]  # and subpackages load on first use
 
 
 def test_the_public_names_resolve_on_first_use() -> None:
@@ -31,5 +32,7 @@ def test_the_public_names_resolve_on_first_use() -> None:
     assert set(zephon.__all__) <= set(dir(zephon))
     for name in zephon.__all__:
         assert getattr(zephon, name) is not None
+    assert zephon.plan.StaticMixtureWorkSource is Source  # subpackages, as before
+    assert zephon.pipeline.Pipeline is PipelineClass
     with pytest.raises(AttributeError, match="no attribute 'Datasets'"):
         _ = zephon.Datasets  # type: ignore[attr-defined]
