@@ -434,4 +434,3 @@ def test_a_read_window_changes_the_reads_never_the_samples(window_mb: int, shuff
     assert from_requests(wide) == from_requests(plain_reads) == stream(ws, 0, 1)
     if shuffle == "block" and window_mb >= 4:
         assert len(wide) < len(plain_reads)  # wider windows: longer runs per read
-
