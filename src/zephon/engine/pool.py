@@ -123,16 +123,20 @@ class WorkerPool:
     async def started(self) -> None:
         """Wait until a start begun by :meth:`start_soon` is over (whether or not it
         worked: a failure is the first call's to report)."""
-        if self._starting is not None:
+        if self._starting is not None and not self._starting.done():
             await asyncio.wait([self._starting])
-            if self._starter is not None:
-                self._starter.join()  # it has settled the future: only its return is left
-                self._starter = None
+        self._join_starter(None)  # it has settled the future: only its return is left
+
+    def _join_starter(self, timeout_s: float | None) -> None:
+        if self._starter is not None:
+            self._starter.join(timeout_s)
+            self._starter = None
 
     async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker. Exceptions raised by ``fn`` come back with their type."""
         loop = asyncio.get_running_loop()
-        await self.started()
+        if self._starter is not None:  # once: later calls go straight to the workers
+            await self.started()
         try:
             return await loop.run_in_executor(self._get(), fn, *args)
         except BrokenProcessPool:
@@ -150,9 +154,7 @@ class WorkerPool:
         """Stop the workers: asked to exit, waited for up to ``timeout_s``, then terminated.
         A start still under way is waited for first (synchronously: a shutdown must not be
         cancellable, or a pool would outlive its run and hold the interpreter's exit)."""
-        if self._starter is not None:
-            self._starter.join(timeout_s)
-            self._starter = None
+        self._join_starter(timeout_s)
         if self._executor is None:
             return
         executor, self._executor = self._executor, None
