@@ -1,4 +1,5 @@
-"""The default chunk size follows Parquet row groups, so no row group is read by two lanes."""
+"""The default chunk size: about 16 MiB of samples (1024 for text), and whole Parquet row groups,
+so no row group is read by two lanes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 from tests.formatdata import write_jsonl
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.formats.index import RecordIndex
+from zephon.plan.manifest import Manifest, _Records
 
 
 def write_groups(root: Path, shards: int, rows: int, group: int) -> int:
@@ -58,3 +61,40 @@ def test_the_default_is_1024_unless_every_dataset_has_one_row_group_size(tmp_pat
     assert StaticMixtureWorkSource([big]).chunk_size == 1024  # groups too large to deal
     assert StaticMixtureWorkSource([j]).chunk_size == 1024
     assert StaticMixtureWorkSource([b], chunk_size=64).chunk_size == 64
+
+
+def records(name: str, shards: int, per_shard: int, nbytes: int) -> Manifest:
+    """A record dataset of ``shards`` x ``per_shard`` samples of ``nbytes`` each."""
+    offsets = np.arange(per_shard + 1, dtype=np.int64) * nbytes
+    layouts = [_Records(RecordIndex(offsets)) for _ in range(shards)]
+    return Manifest(name, f"{name}-{nbytes}", np.full(shards, per_shard, dtype=np.int64),
+                    [f"memory://t/{name}/{i}" for i in range(shards)], ["1"] * shards,
+                    layouts)  # fmt: skip
+
+
+def test_a_chunk_of_large_records_weighs_about_16_mib() -> None:
+    # A block-shuffled chunk interleaves its runs: the first batch waits for the whole chunk.
+    images = records("images", 8, 1000, 70_000)
+    ws = StaticMixtureWorkSource([images])
+    assert ws.chunk_size == 256  # 17.9 MB, not 1,024 x 70 KB = 72 MB
+    assert ws.run_sizes == [64]  # about 4 MiB per read: the divisor nearest, not the one below
+    assert StaticMixtureWorkSource([records("big", 4, 500, 1 << 20)]).chunk_size == 64  # floor
+    assert StaticMixtureWorkSource([records("docs", 4, 5000, 1600)]).chunk_size == 1024
+    # A mixture weighs its datasets by their share of the stream.
+    docs = records("docs", 8, 20_000, 1600)
+    assert StaticMixtureWorkSource([images, docs]).chunk_size == 1024  # 95% small documents
+    even = StaticMixtureWorkSource([images, docs], mixture={"images": 1, "docs": 1})
+    assert even.chunk_size == 512  # 36 KB a sample on average
+    assert StaticMixtureWorkSource([images], chunk_size=1024).chunk_size == 1024
+
+
+def test_large_parquet_rows_keep_whole_row_groups(tmp_path: Path) -> None:
+    root = tmp_path / "pq"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    for s in range(2):
+        blobs = [rng.bytes(60_000) for _ in range(400)]  # incompressible images, say
+        pq.write_table(pa.table({"id": np.arange(400), "jpg": blobs}), root / f"p{s}.parquet",
+                       row_group_size=100)  # fmt: skip
+    ws = StaticMixtureWorkSource([Dataset.from_path("pq", str(root), index_cache=False)])
+    assert ws.chunk_size == 300  # groups of 100 rows, nearest 256 rows of ~60 KB

@@ -76,7 +76,7 @@ def _segment(
                      res.starts.get(lane if owner is None else owner), holding)  # fmt: skip
     decoded = _decode(tg, spec, res, tag, fetched)
     # The lane may read further ahead by what its first step takes from assembly, or, if
-    # that step runs on workers, by what it has done (see start_steps).
+    # that step runs on workers, by what the lane delivers (see start_steps).
     on_take = None if grows_on_output(spec) else grower(budget)
     current = block_channel(LANE_CHANNEL, spec, on_take=on_take)
     name = f"assemble[{tag}]"

@@ -51,8 +51,8 @@ class StaticMixtureWorkSource:
             must divide ``chunk_size`` or be a multiple of it. ``None``: about 4 MiB of samples
             for record formats (a sixteenth of a chunk at least, a quarter of a block at
             most), a row group for Parquet, whose read unit is a row group.
-        chunk_size: pointers per work chunk (also the lane split's unit). ``None``: 1024, or
-            whole Parquet row groups near that (:func:`~zephon.plan.runs.default_chunk`).
+        chunk_size: pointers per work chunk (the lane split's unit). ``None``: ~16 MiB of
+            samples, 64-1024 (:func:`~zephon.plan.runs.default_chunk`; Parquet: row groups).
         exhausted_policy: ``"repeat"`` (the dataset loops until every dataset completed
             ``stop_after_passes`` passes) or ``"stop"`` (the curriculum ends when this dataset
             completes ``stop_after_passes`` passes, one if ``None``); a scalar or a
@@ -99,12 +99,13 @@ class StaticMixtureWorkSource:
         self.manifests = [
             d if isinstance(d, Manifest) else Manifest.from_dataset(d) for d in datasets
         ]
-        names = [m.name for m in self.manifests]
+        self.names = names = [m.name for m in self.manifests]
+        self.weights = self._weights(mixture)
         if chunk_size is None:
-            chunk_size = default_chunk(self.manifests, mixture_unit)
+            shares = [float(w) for w in self.weights]
+            chunk_size = default_chunk(self.manifests, mixture_unit, shares)
         _check_arguments(self.manifests, shuffle, mixture_unit, chunk_size, block_size, run_size,
                          coalesce_gap_bytes, max_request_bytes)  # fmt: skip
-        self.names = names
         self.exhaustion = Exhaustion.of(
             names, exhausted_policy, max_repeats, reshuffle_on_repeat, stop_after_passes
         )
@@ -114,7 +115,6 @@ class StaticMixtureWorkSource:
         self.mixture_unit = mixture_unit
         self.coalesce_gap_bytes = coalesce_gap_bytes
         self.max_request_bytes = max_request_bytes
-        self.weights = self._weights(mixture)
         self.tokens_per_byte = self._tokens_per_byte(tokens_per_byte)
         self.block_sizes = [
             block_size
