@@ -7,7 +7,10 @@ the pipeline's :meth:`~zephon.pipeline.Pipeline.checkpoint` and ``restore``.
 With ``num_workers=W``, each DataLoader worker runs the lanes of its share: worker ``w`` of
 rank ``r`` is rank ``r * W + w`` of ``world_size * W`` for the pipeline, so ``lanes`` must be a
 multiple of ``world_size * W``. Each worker's state covers its lanes; restoring with the same
-``W`` continues exactly (``StatefulDataLoader`` keeps one state per worker).
+``W`` continues exactly (``StatefulDataLoader`` keeps one state per worker). To restore with
+another ``W`` or world size (``StatefulDataLoader`` refuses another worker count), join the
+states with :func:`loader_checkpoint` and turn the result into a state for the new loader
+with :func:`loader_state`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from zephon.errors import ConfigError
 if TYPE_CHECKING:
     from zephon.pipeline import Pipeline
 
-__all__ = ["ZephonIterableDataset", "to_tensors"]
+__all__ = ["ZephonIterableDataset", "loader_checkpoint", "loader_state", "to_tensors"]
 
 
 def to_tensors(value: Any, pin_memory: bool = False) -> Any:
@@ -82,3 +85,59 @@ class ZephonIterableDataset(IterableDataset[Any]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` when the next iteration starts."""
         self._pending = state
+
+
+def loader_checkpoint(*states: dict[str, Any]) -> dict[str, Any]:
+    """One pipeline checkpoint from ``StatefulDataLoader`` state dicts (any number of workers;
+    several ranks' states together), or from pipeline checkpoints: every worker's lanes,
+    joined with :meth:`~zephon.pipeline.Pipeline.merge_checkpoints`.
+
+    Raises ``ConfigError`` for a state taken between snapshots
+    (``snapshot_every_n_steps > 1``): its workers' states miss the batches since the last
+    snapshot, which only a loader with the same workers can skip again."""
+    found: list[dict[str, Any]] = []
+    for state in states:
+        if "zephon_checkpoint" in state:
+            found.append(state)
+        elif "_snapshot" in state:
+            if state.get("_steps_since_snapshot"):
+                raise ConfigError(
+                    f"this DataLoader state was taken {state['_steps_since_snapshot']} batches "
+                    "after its last snapshot: its workers' states do not cover those batches. "
+                    "Use StatefulDataLoader(..., snapshot_every_n_steps=1) (the default)"
+                )
+            workers = state["_snapshot"].get("_worker_snapshots", {})
+            found.extend(w["dataset_state"] for w in workers.values() if w.get("dataset_state"))
+        elif state.get("dataset_state"):
+            found.append(state["dataset_state"])
+        else:
+            raise ConfigError(
+                f"not a DataLoader state with a Zephon pipeline: keys {sorted(state)}"
+            )
+    if not found:
+        raise ConfigError("loader_checkpoint: no pipeline state in these DataLoader states")
+    from zephon.pipeline import Pipeline
+
+    return Pipeline.merge_checkpoints(found)
+
+
+def loader_state(checkpoint: dict[str, Any], num_workers: int) -> dict[str, Any]:
+    """A ``StatefulDataLoader`` state dict that resumes ``checkpoint`` (see
+    :func:`loader_checkpoint`) with ``num_workers`` workers: each worker restores its own
+    lanes from it, exactly (a new lane count is re-laned, as
+    :meth:`~zephon.pipeline.Pipeline.restore` does)."""
+    fetcher = {"dataset_iter_state": None, "fetcher_ended": False}
+    main = {"_sampler_iter_state": None, "_index_sampler_state": None,
+            "_sampler_iter_yielded": 0, "_IterableDataset_len_called": None,
+            "_shared_seed": None}  # fmt: skip
+    if num_workers == 0:
+        return {**main, "_num_yielded": 0, "fetcher_state": fetcher,
+                "dataset_state": checkpoint, "_iterator_finished": False}  # fmt: skip
+    workers = {f"worker_{w}": {"worker_id": w, "dataset_state": checkpoint,
+                               "fetcher_state": fetcher} for w in range(num_workers)}  # fmt: skip
+    snapshot = {"_snapshot_step": 0, "_last_yielded_worker_id": num_workers - 1,
+                "_main_snapshot": {**main, "_num_workers": num_workers,
+                                   "_base_seed": int(torch.empty((), dtype=torch.int64)
+                                                     .random_().item())},
+                "_worker_snapshots": workers}  # fmt: skip
+    return {"_snapshot": snapshot, "_steps_since_snapshot": 0, "_iterator_finished": False}

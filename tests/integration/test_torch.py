@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from tests.formatdata import write_jsonl  # noqa: E402
 from zephon import Dataset  # noqa: E402
+from zephon.errors import ConfigError  # noqa: E402
 from zephon.pipeline import Pipeline  # noqa: E402
 from zephon.plan import StaticMixtureWorkSource  # noqa: E402
 
@@ -84,6 +85,52 @@ def test_dataloader_workers_share_the_lanes_and_resume_exactly(root: str) -> Non
     assert rows(head) + rows(again) == rows(full)
     with pytest.raises(Exception, match=r"lanes to be a multiple of world_size x num_workers"):
         list(DataLoader(build(root, 0, 1, lanes=3).to_torch_dataset(), batch_size=None, **mp))
+
+
+def _head(loader: Any, n: int) -> list[Any]:
+    head = []
+    for i, b in enumerate(loader):
+        head.append(b)
+        if i == n - 1:
+            break
+    return head
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [((2, 2), (1, 1)), ((1, 0), (2, 2)), ((1, 2), (1, 0))]
+)
+def test_loader_states_restore_with_other_workers_and_ranks(
+    root: str, before: tuple[int, int], after: tuple[int, int]
+) -> None:
+    """(ranks, workers) before -> after: every row exactly once, none twice."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from zephon.torch import loader_checkpoint, loader_state
+
+    def rows(batches: Any) -> list[tuple[int, ...]]:
+        return [tuple(r) for b in batches for r in b["input_ids"].tolist()]
+
+    def loader(rank: int, world: int, workers: int) -> Any:
+        mp = {"num_workers": workers, "multiprocessing_context": "forkserver"} if workers else {}
+        return StatefulDataLoader(build(root, rank, world).to_torch_dataset(), batch_size=None,
+                                  **mp)  # fmt: skip
+
+    full = rows(build(root, 0, 1))
+    (ranks, workers), (ranks_after, workers_after) = before, after
+    seen, states = [], []
+    for rank in range(ranks):
+        old = loader(rank, ranks, workers)
+        seen += rows(_head(old, 3 + rank))
+        states.append(old.state_dict())
+    checkpoint = loader_checkpoint(*states)
+    assert sorted(checkpoint["lane_states"]) == ["0", "1", "2", "3"]
+    for rank in range(ranks_after):
+        again = loader(rank, ranks_after, workers_after)
+        again.load_state_dict(loader_state(checkpoint, workers_after))
+        seen += rows(again)
+    assert sorted(seen) == sorted(full)
+    with pytest.raises(ConfigError, match="snapshot_every_n_steps=1"):
+        loader_checkpoint({**loader_state(checkpoint, 2), "_steps_since_snapshot": 2})
 
 
 def _worker(rank: int, world: int, root: str, init: str, out: str) -> None:

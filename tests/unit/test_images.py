@@ -83,6 +83,12 @@ def test_augmentation_is_keyed_by_the_sample() -> None:
     flip = Flip("jpg", 0.5, seed=1)
     flipped = [np.array_equal(flip({"id": i, "jpg": img})["jpg"], img[:, ::-1]) for i in range(64)]
     assert 16 < sum(flipped) < 48  # about half, keyed by id
+    always = Flip("jpg", 1.0, seed=1)
+    for shape in [(5, 7, 3), (5, 7, 4), (5, 7), (5, 7, 1)]:
+        pixels = np.arange(np.prod(shape), dtype=np.uint8).reshape(shape)
+        for image in (pixels, pixels[:, 1:]):  # contiguous or not
+            out = always({"id": 0, "jpg": image})["jpg"]
+            assert out.flags.c_contiguous and np.array_equal(out, image[:, ::-1])
 
 
 def _tars(root: Path, n: int = 24) -> None:

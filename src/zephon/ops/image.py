@@ -221,7 +221,16 @@ class Flip:
         image = sample[self.field]
         if _rng(sample, image, self.seed, "flip").random() >= self.p:
             return sample
-        return {**sample, self.field: np.ascontiguousarray(image[:, ::-1])}
+        return {**sample, self.field: _flipped(image)}
+
+
+def _flipped(image: np.ndarray) -> np.ndarray:
+    """``image[:, ::-1]``, contiguous. A pixel's channels move as one item: numpy copies a
+    reversed axis item by item, so 224 x 224 x 3 bytes took 220 us, as pixels 100 us."""
+    if image.ndim != 3 or not image.flags.c_contiguous:
+        return np.ascontiguousarray(image[:, ::-1])
+    pixel = np.dtype((np.void, image.shape[2] * image.itemsize))
+    return np.ascontiguousarray(image.view(pixel)[:, ::-1]).view(image.dtype).reshape(image.shape)
 
 
 class ToCHW:
