@@ -107,6 +107,11 @@ class MotoServer:
         self.endpoint = S3Endpoint(f"http://127.0.0.1:{int(line)}")
         return self.endpoint
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (benchmarks measure its CPU)."""
+        return self._proc.pid if self._proc is not None else None
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
