@@ -146,3 +146,18 @@ async def test_a_loan_never_lifts_the_limit() -> None:
     assert not waiter.done() and gate.held == 20
     gate.release(1)
     await waiter
+
+
+def test_a_lane_on_workers_grows_by_what_it_delivers_or_before_a_step_that_holds_items() -> None:
+    from tests import pipeline_fns as fns
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+    from zephon.pipeline.steps import growth_step
+
+    ds = Dataset.from_records("r", [{"id": i} for i in range(100)], samples_per_shard=10)
+    pipe = Pipeline(StaticMixtureWorkSource([ds]), rank=0, world_size=1)
+    pooled = pipe.map(fns.as_text, processes=2)
+    assert growth_step(pooled.map(fns.as_text).batch(8).spec) == 2  # the lane's last step
+    assert growth_step(pooled.shuffle(64).batch(8).spec) == 2  # a shuffle's first parts leave
+    assert growth_step(pooled.map(fns.as_text).shuffle(64, warmup=0).batch(8).spec) == 1
+    assert growth_step(pooled.pack(4, field="id").batch(2).spec) == 0
+    assert growth_step(pipe.map(fns.as_text).batch(8).spec) is None  # in process: by intake

@@ -28,27 +28,29 @@ from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, co
 from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step, fusable
 from zephon.storage.gate import CapacityGate
 
-__all__ = ["PIECE_BYTES", "fused", "grower", "grows_on_output", "start_steps"]
+__all__ = ["PIECE_BYTES", "fused", "grower", "grows_on_output", "growth_step", "start_steps"]
 
 PIECE_BYTES = 4 << 20  # fetched bytes per piece of a block sent to a worker
 FIRST_PIECE = 64  # items in the first piece of a lane for an in-process step
 
 
-def fused(steps: tuple[Step, ...], indices: range) -> list[tuple[str, Step]]:
+def fused(steps: tuple[Step, ...], indices: range) -> list[tuple[str, Step, range]]:
     """The stages that run ``steps[indices]``: each with its name (``map#3``, or ``map#3+4``
-    for two steps fused) and its step."""
-    out: list[tuple[str, Step]] = []
+    for two steps fused), its step and the indices of the steps it runs."""
+    out: list[tuple[str, Step, range]] = []
     group: list[int] = []
 
     def close() -> None:
         if len(group) == 1:
-            out.append((f"{steps[group[0]].kind}#{group[0]}", steps[group[0]]))
+            one = group[0]
+            out.append((f"{steps[one].kind}#{one}", steps[one], range(one, one + 1)))
         elif group:
             chain = Chain([(steps[i].kind, steps[i].fn) for i in group])
             first = steps[group[0]]
             processes = max(steps[i].processes for i in group)
             name = "map#" + "+".join(map(str, group))
-            out.append((name, Step("map", chain, processes, executor=first.executor)))
+            out.append((name, Step("map", chain, processes, executor=first.executor),
+                        range(group[0], group[-1] + 1)))  # fmt: skip
         group.clear()
 
     for i in indices:
@@ -67,21 +69,17 @@ def start_steps(
     """Start the steps ``indices`` of the chain on ``current``; returns their output.
 
     The lane's fetch ``budget`` (its slow start) grows by what its first step takes from
-    assembly if that step runs in this process, and by what the lane delivers (the blocks
-    its last step gives the merge) if it runs on workers: a pooled step takes blocks to
-    queue them, and growing by what it took, or even by what it had done, let a lane fetch
-    its next chunks while the workers still decoded the first batch's images, on the same
-    CPU (images at +30 ms: first batch 1.5-2.0 s -> 1.4 s -> 0.9-1.1 s)."""
+    assembly if that step runs in this process, and by the output of :func:`growth_step`
+    if it runs on workers."""
     depth = sum(step.kind in STATEFUL for step in spec.steps[: indices.start])
     replay = _replay_plan(spec, indices, resume_mark, lane)
-    steps = fused(spec.steps, indices)
-    at_end = indices.stop == len(spec.steps) and grows_on_output(spec)
-    for k, (label, step) in enumerate(steps):
+    grow_at = growth_step(spec)
+    for label, step, runs in fused(spec.steps, indices):
         if replay is not None and step is spec.steps[replay[0]]:
             current = _mark_replayed(tg, spec, res, tag, current, replay[1])
-        last = at_end and k == len(steps) - 1
         source = current
-        out = block_channel(LANE_CHANNEL, spec, on_take=grower(budget) if last else None)
+        out = block_channel(LANE_CHANNEL, spec,
+                            on_take=grower(budget) if grow_at in runs else None)  # fmt: skip
         name = f"{label}[{tag}]"
         stats = res.stats(name, str(step.processes or 1))
         if step.kind in STATEFUL:
@@ -105,6 +103,24 @@ def grows_on_output(spec: PipelineSpec) -> bool:
     """Whether the slow start grows by what the lane delivers (its first step runs on
     workers) rather than by what that step takes from assembly (see :func:`start_steps`)."""
     return bool(spec.steps) and bool(spec.steps[0].processes or spec.steps[0].executor)
+
+
+def growth_step(spec: PipelineSpec) -> int | None:
+    """The step by whose output a lane's slow start grows when its first step runs on
+    workers: the lane's last (what it delivers), or the last before a step that holds
+    items back until it has many (a shuffle without warm-up, pack, custom steps), so the
+    read-ahead never waits for a window to fill. A pooled step takes blocks to queue them:
+    growing by what it took, or even by what it had done, let a lane fetch its next chunks
+    while the workers still decoded the first batch's images, on the same CPU (images at
+    +30 ms: first batch 1.5-2.0 s -> 1.4 s -> 0.8-1.0 s growing by delivery)."""
+    if not grows_on_output(spec):
+        return None
+    last = 0
+    for i, step in enumerate(spec.steps[1:], 1):
+        if step.kind in STATEFUL and not (step.kind == "shuffle" and step.fn[1] > 0):
+            break
+        last = i
+    return last
 
 
 def grower(budget: CapacityGate) -> Callable[[Block], None]:
