@@ -78,7 +78,7 @@ def test_a_chunk_of_large_records_weighs_about_16_mib() -> None:
     ws = StaticMixtureWorkSource([images])
     assert ws.chunk_size == 256  # 17.9 MB, not 1,024 x 70 KB = 72 MB
     assert ws.run_sizes == [64]  # about 4 MiB per read: the divisor nearest, not the one below
-    assert StaticMixtureWorkSource([records("big", 4, 500, 1 << 20)]).chunk_size == 64  # floor
+    assert StaticMixtureWorkSource([records("big", 4, 500, 1 << 20)]).chunk_size == 256  # floor
     assert StaticMixtureWorkSource([records("docs", 4, 5000, 1600)]).chunk_size == 1024
     # A mixture weighs its datasets by their share of the stream.
     docs = records("docs", 8, 20_000, 1600)

@@ -21,7 +21,7 @@ __all__ = [
 _RUN_TARGET_BYTES = 4 << 20
 _CHUNK_TARGET_BYTES = 16 << 20
 DEFAULT_CHUNK = 1024
-_MIN_CHUNK = 64
+_MIN_CHUNK = 256  # smaller chunks of large records held more in memory (test_memory.py)
 _MAX_GROUP_CHUNK = 8192  # rows: a chunk of one larger row group deals the lanes too coarsely
 
 
@@ -33,7 +33,7 @@ def default_chunk(
     A chunk is what a lane's first batch waits for (a block-shuffled chunk interleaves its
     runs, so its first items need a read of each) and what the lanes are dealt: about
     ``_CHUNK_TARGET_BYTES`` of samples, as the power of two nearest that over the mixture's
-    mean sample (``weights``, relative; default equal), within 64-1024 pointers. So 1024 for
+    mean sample (``weights``, relative; default equal), within 256-1024 pointers. So 1024 for
     text, 256 for ~70 KB images (a 1,024-image chunk is 72 MB fetched before the first
     item). When every dataset is Parquet whose whole row groups (each shard's last aside)
     share one row count ``G`` of at most 8192, the multiple of ``G`` nearest that: chunks

@@ -52,7 +52,7 @@ class StaticMixtureWorkSource:
             for record formats (a sixteenth of a chunk at least, a quarter of a block at
             most), a row group for Parquet, whose read unit is a row group.
         chunk_size: pointers per work chunk (the lane split's unit). ``None``: ~16 MiB of
-            samples, 64-1024 (:func:`~zephon.plan.runs.default_chunk`; Parquet: row groups).
+            samples, 256-1024 (:func:`~zephon.plan.runs.default_chunk`; Parquet: row groups).
         exhausted_policy: ``"repeat"`` (the dataset loops until every dataset completed
             ``stop_after_passes`` passes) or ``"stop"`` (the curriculum ends when this dataset
             completes ``stop_after_passes`` passes, one if ``None``); a scalar or a
