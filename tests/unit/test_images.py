@@ -13,7 +13,7 @@ import pytest
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.errors import ConfigError, FormatError
-from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop
+from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop, Resize
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -199,3 +199,22 @@ def test_raw_pil_pixels_from_mds_and_litdata_decode_without_pillow() -> None:
     luma = DecodeImage("x", mode="L")({"x": img})["x"]
     reference = np.asarray(Image.fromarray(img).convert("L"))
     assert np.abs(luma.astype(int) - reference.astype(int)).max() <= 1
+
+
+def test_resize_backends_agree_and_name_themselves() -> None:
+    img = picture(5)
+    crops = {
+        b: RandomResizedCrop(64, "jpg", (0.08, 1.0), (3 / 4, 4 / 3), seed=0, backend=b)
+        for b in ("auto", "opencv", "pillow")
+    }
+    out = {b: op({"__key__": "a", "jpg": img})["jpg"] for b, op in crops.items()}
+    assert all(o.shape == (64, 64, 3) and o.dtype == np.uint8 for o in out.values())
+    assert np.array_equal(out["auto"], out["opencv"])  # OpenCV when installed
+    diff = np.abs(out["opencv"].astype(int) - out["pillow"].astype(int))
+    assert diff.mean() < 4  # the same crop, resampled a little differently
+    assert "backend" not in crops["auto"].__name__  # default names stay as they were
+    assert "backend='pillow'" in crops["pillow"].__name__
+    small = Resize((20, 30), "jpg", backend="opencv")({"jpg": img})["jpg"]  # shrinking 2x+
+    assert small.shape == (20, 30, 3)
+    with pytest.raises(ConfigError, match="backend must be one of"):
+        Resize(32, "jpg", backend="cv3")

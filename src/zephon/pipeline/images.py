@@ -72,10 +72,12 @@ class ImageSteps:
         op = image.DecodeImage(field, mode, backend, max_size, out)
         return self._image_step(op, processes, executor)
 
-    def resize(self, size: int | tuple[int, int], field: str = "jpg", *,
+    def resize(self, size: int | tuple[int, int], field: str = "jpg", *, backend: str = "auto",
                processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
-        """Resize to ``(height, width)``, or the shorter side to ``size`` (bilinear)."""
-        return self._image_step(image.Resize(size, field), processes, executor)
+        """Resize to ``(height, width)``, or the shorter side to ``size`` (bilinear; area
+        averaging when OpenCV shrinks 2x or more). ``backend``: ``"opencv"`` (the default when
+        installed), ``"pillow"``; their pixels differ slightly."""
+        return self._image_step(image.Resize(size, field, backend), processes, executor)
 
     def center_crop(self, size: int | tuple[int, int], field: str = "jpg", *,
                     processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
@@ -85,12 +87,13 @@ class ImageSteps:
     def random_resized_crop(
         self, size: int | tuple[int, int], field: str = "jpg", *,
         scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        seed: int = 0, processes: int | None = None, executor: Any = None,
+        seed: int = 0, backend: str = "auto", processes: int | None = None,
+        executor: Any = None,
     ) -> Self:  # fmt: skip
-        """A crop of random area and aspect ratio resized to ``size``, drawn from a generator
-        keyed by the sample (``__key__``, ``id`` or provenance) and ``seed``: identical in any
-        process and after a restore."""
-        op = image.RandomResizedCrop(size, field, scale, ratio, seed)
+        """A crop of random area and aspect ratio resized to ``size`` (as :meth:`resize`, by
+        ``backend``), drawn from a generator keyed by the sample (``__key__``, ``id`` or
+        provenance) and ``seed``: identical in any process and after a restore."""
+        op = image.RandomResizedCrop(size, field, scale, ratio, seed, backend)
         return self._image_step(op, processes, executor)
 
     def flip(self, field: str = "jpg", p: float = 0.5, *, seed: int = 0,
