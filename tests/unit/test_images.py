@@ -218,3 +218,16 @@ def test_resize_backends_agree_and_name_themselves() -> None:
     assert small.shape == (20, 30, 3)
     with pytest.raises(ConfigError, match="backend must be one of"):
         Resize(32, "jpg", backend="cv3")
+
+
+def test_a_crop_of_the_target_size_is_an_array_of_its_own() -> None:
+    img = picture(6, height=64, width=64)
+    for backend in ("opencv", "pillow"):
+        # scale and ratio 1: the whole 64 x 64 image, already the target size
+        crop = RandomResizedCrop(64, "jpg", (1.0, 1.0), (1.0, 1.0), seed=0, backend=backend)
+        out = crop({"id": 1, "jpg": img[:, :64]})["jpg"]
+        assert out.flags.c_contiguous and np.array_equal(out, img)
+        wide = np.concatenate([img, img], axis=1)  # 64 x 128: a 64 x 64 crop is a view
+        part = RandomResizedCrop(64, "jpg", (0.5, 0.5), (1.0, 1.0), seed=0, backend=backend)
+        got = part({"id": 1, "jpg": wide})["jpg"]
+        assert got.shape == (64, 64, 3) and got.flags.c_contiguous and got.base is None

@@ -154,9 +154,10 @@ def _cv2() -> Any:
 
 def _resize(image: np.ndarray, height: int, width: int, backend: str = "auto") -> np.ndarray:
     """``image`` at ``(height, width)``: bilinear, or area averaging when OpenCV shrinks it
-    2x or more (bilinear would alias)."""
+    2x or more (bilinear would alias). Always a contiguous array of its own size (a crop
+    of the right size is a view of the whole image)."""
     if image.shape[:2] == (height, width):
-        return image
+        return np.ascontiguousarray(image)
     cv2 = _opencv(backend)
     if (
         cv2 is not None
