@@ -126,6 +126,8 @@ def loader_state(checkpoint: dict[str, Any], num_workers: int) -> dict[str, Any]
     :func:`loader_checkpoint`) with ``num_workers`` workers: each worker restores its own
     lanes from it, exactly (a new lane count is re-laned, as
     :meth:`~zephon.pipeline.Pipeline.restore` does)."""
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ConfigError(f"loader_state: num_workers must be an int >= 0, got {num_workers!r}")
     fetcher = {"dataset_iter_state": None, "fetcher_ended": False}
     main = {"_sampler_iter_state": None, "_index_sampler_state": None,
             "_sampler_iter_yielded": 0, "_IterableDataset_len_called": None,

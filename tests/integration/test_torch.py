@@ -131,6 +131,10 @@ def test_loader_states_restore_with_other_workers_and_ranks(
     assert sorted(seen) == sorted(full)
     with pytest.raises(ConfigError, match="snapshot_every_n_steps=1"):
         loader_checkpoint({**loader_state(checkpoint, 2), "_steps_since_snapshot": 2})
+    with pytest.raises(ConfigError, match="num_workers must be an int >= 0"):
+        loader_state(checkpoint, -1)
+    with pytest.raises(ConfigError, match="not a DataLoader state"):
+        loader_checkpoint({"model": 1})
 
 
 def _worker(rank: int, world: int, root: str, init: str, out: str) -> None:
