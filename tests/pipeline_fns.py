@@ -120,3 +120,30 @@ def id_of(sample: dict[str, Any]) -> int:
 def as_text(sample: dict[str, Any]) -> dict[str, Any]:
     """The id as the sample's text (for tokenize steps)."""
     return {**sample, "text": f"doc {sample['id']}"}
+
+
+def arrays(seed: int) -> dict[str, Any]:
+    """A result with arrays of every kind a step returns: large and small, C and Fortran
+    order, a strided view, pyarrow, alongside plain values."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    return {
+        "images": [image, image[::-1].copy()],
+        "floats": np.asfortranarray(rng.random((300, 200))),
+        "strided": rng.random((400, 400))[::2, ::3],
+        "small": np.arange(10, dtype=np.int32),
+        "table": pa.array(rng.integers(0, 1 << 40, 200_000)),
+        "text": "x" * 100,
+        "seed": seed,
+    }
+
+
+def pack_then_exit(prefix: str) -> None:
+    """Write a result's segment as a worker does, then die before sending it."""
+    from zephon.engine import shm
+
+    shm.pack(arrays(0), prefix)
+    os._exit(3)

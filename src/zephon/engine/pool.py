@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import multiprocessing
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from zephon.engine import shm
 from zephon.errors import WorkerCrashed
 
 __all__ = ["WorkerPool"]
@@ -32,6 +35,7 @@ __all__ = ["WorkerPool"]
 T = TypeVar("T")
 
 SHUTDOWN_TIMEOUT_S = 5.0  # then stragglers are terminated
+_pools = itertools.count()
 
 
 def _ignore_sigint() -> None:
@@ -61,11 +65,36 @@ def _ignore_result(future: Any) -> None:
         future.exception()  # retrieved: never "exception was never retrieved"
 
 
+def _call_packed(prefix: str, fn: Callable[..., Any], *args: Any) -> shm.Packed:
+    """In a worker: ``fn(*args)``, its large arrays put in shared memory (:mod:`.shm`)."""
+    return shm.pack(fn(*args), prefix)
+
+
+def _unpacked(call: Future[shm.Packed], out: Future[Any]) -> None:
+    """On the pool's result thread: the worker's result, unpacked as soon as it arrives
+    (whether or not anyone still waits for it, so that its segment never outlives it)."""
+    if call.cancelled():
+        out.cancel()
+        return
+    try:
+        error = call.exception()
+        value = None if error is not None else shm.unpack(call.result())
+    except Exception as exc:
+        error = exc
+    if out.set_running_or_notify_cancel():
+        if error is not None:
+            out.set_exception(error)
+        else:
+            out.set_result(value)
+
+
 class WorkerPool:
     """A lazily started :class:`ProcessPoolExecutor` with typed crash reporting."""
 
     def __init__(self, processes: int) -> None:
         self.processes = processes
+        # This pool's shared-memory segments are named after it (swept at shutdown).
+        self._prefix = f"zph{os.getpid():x}p{next(_pools):x}_"
         self._executor: ProcessPoolExecutor | None = None
         self._starting: asyncio.Future[None] | None = None
         self._starter: threading.Thread | None = None
@@ -138,12 +167,26 @@ class WorkerPool:
         if self._starter is not None:  # once: later calls go straight to the workers
             await self.started()
         try:
-            return await loop.run_in_executor(self._get(), fn, *args)
+            return await asyncio.wrap_future(self._submit(fn, *args), loop=loop)
         except BrokenProcessPool:
             raise WorkerCrashed(
                 f"a worker process died while running stage {stage!r} "
                 "(killed, out of memory, or a crash in native code)"
             ) from None
+
+    @property
+    def segment_prefix(self) -> str:
+        """The prefix of this pool's shared-memory segments (each a result in transit)."""
+        return self._prefix
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """``fn(*args)`` on a worker, its result back through shared memory; cancelling the
+        returned future cancels the call if it has not started."""
+        call = self._get().submit(_call_packed, self._prefix, fn, *args)
+        out: Future[T] = Future()
+        out.add_done_callback(lambda f: call.cancel() if f.cancelled() else None)
+        call.add_done_callback(lambda c: _unpacked(c, out))
+        return out
 
     def pids(self) -> Sequence[int]:
         if self._executor is None:
@@ -178,3 +221,4 @@ class WorkerPool:
             queue.cancel_join_thread()
         if manager is not None:  # it notices the workers' end on its own: bounded wait for it
             manager.join(max(1.0, deadline - time.monotonic()))
+        shm.sweep(self._prefix)  # results of workers that died before sending them

@@ -1,0 +1,126 @@
+"""Worker results come back through shared memory: equal values, writable arrays of their
+own, and no segment outlives its result (received, cancelled, or its worker killed)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tests import pipeline_fns
+from zephon.engine import shm
+from zephon.engine.pool import WorkerPool
+from zephon.errors import WorkerCrashed
+
+pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+
+
+def _segments(prefix: str) -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+
+
+def _assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
+    assert got.keys() == want.keys()
+    for key in ("images", "floats", "strided", "small"):
+        for a, b in zip(np.atleast_1d(got[key]), np.atleast_1d(want[key]), strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    assert got["floats"].flags.f_contiguous
+    assert got["table"].equals(want["table"])
+    assert (got["text"], got["seed"]) == (want["text"], want["seed"])
+
+
+def test_large_arrays_go_through_a_segment_that_is_gone_once_received() -> None:
+    packed = shm.pack(pipeline_fns.arrays(0), "zphtest_")
+    assert packed.name is not None and not packed.inline
+    assert _segments(packed.name) == [packed.name]
+    assert len(packed.data) < 250_000  # only the strided view (214 KB) went in the pickle
+    got = shm.unpack(packed)
+    assert _segments(packed.name) == []
+    _assert_same(got, pipeline_fns.arrays(0))
+
+
+async def test_results_of_workers_are_equal_and_own_their_arrays() -> None:
+    pool = WorkerPool(2)
+    try:
+        results = await asyncio.gather(*(pool.run("s", pipeline_fns.arrays, s) for s in range(6)))
+        for seed, got in enumerate(results):
+            _assert_same(got, pipeline_fns.arrays(seed))
+            first, second = got["images"]
+            # Each array is its own memory (an item held on to holds only itself), writable.
+            assert not np.shares_memory(first, second)
+            assert not np.shares_memory(first, results[seed - 1]["images"][0])
+            first[0, 0] = 7
+        assert _segments(pool.segment_prefix) == []  # unlinked on receipt
+    finally:
+        pool.shutdown()
+
+
+async def test_a_cancelled_call_leaves_no_segment() -> None:
+    pool = WorkerPool(1)
+    try:
+        task = asyncio.ensure_future(pool.run("s", pipeline_fns.arrays, 1))
+        await asyncio.sleep(0)  # submitted
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # One worker takes calls in order: when this one is back, the cancelled one (if it
+        # ran at all) has been received and unlinked.
+        got = await pool.run("s", pipeline_fns.arrays, 2)
+        _assert_same(got, pipeline_fns.arrays(2))
+        assert _segments(pool.segment_prefix) == []
+    finally:
+        pool.shutdown()
+
+
+async def test_a_segment_whose_worker_died_is_swept_at_shutdown() -> None:
+    pool = WorkerPool(1)
+    with pytest.raises(WorkerCrashed):
+        await pool.run("s", pipeline_fns.pack_then_exit, pool.segment_prefix)
+    assert len(_segments(pool.segment_prefix)) == 1  # written, never sent
+    pool.shutdown()
+    assert _segments(pool.segment_prefix) == []
+
+
+def test_results_go_inline_when_shared_memory_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm, "_room_for", lambda size: False)
+    packed = shm.pack(pipeline_fns.arrays(3), "zphtest_")
+    assert packed.name is None and packed.inline  # the arrays travel beside the pickle
+    got = shm.unpack(packed)
+    _assert_same(got, pipeline_fns.arrays(3))
+    got["images"][1][0, 0] = 1  # still writable
+
+
+def test_a_small_result_makes_no_segment() -> None:
+    packed = shm.pack({"ids": np.arange(1000), "table": pa.array(range(100))}, "zphtest_")
+    assert packed.name is None and not packed.inline
+    assert shm.unpack(packed)["ids"].sum() == 499_500
+
+
+def test_a_process_that_exits_leaves_no_segment_and_no_warning(tmp_path: Path) -> None:
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import asyncio\n"
+        "from tests import pipeline_fns\n"
+        "from zephon.engine.pool import WorkerPool\n"
+        "async def main():\n"
+        "    pool = WorkerPool(2)\n"
+        "    await asyncio.gather(*(pool.run('s', pipeline_fns.arrays, s) for s in range(4)))\n"
+        "    print(pool.segment_prefix)\n"
+        "    pool.shutdown()\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=root, env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "leaked" not in done.stderr and "resource_tracker" not in done.stderr
+    assert _segments(done.stdout.strip()) == []
