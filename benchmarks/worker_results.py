@@ -1,8 +1,9 @@
-"""Results of worker processes: shared memory against pickling through the pool's pipe.
+"""Blocks to and from worker processes: shared memory against pickling through the pool's pipe.
 
 Two pipelines with their work in 2 worker processes, each run in fresh processes with
-``ZEPHON_WORKER_SHM=0`` (results pickled, as before) and ``=1`` (large arrays through shared
-memory), alternating, median of ``--rounds``:
+``ZEPHON_WORKER_SHM=0`` (blocks pickled, as before) and ``=1`` (large buffers through shared
+memory: fetched bytes on the way in, arrays on the way out), alternating, median of
+``--rounds``:
 
 1. transport: 20,000 samples of a local JSONL dataset, each mapped in a worker to a 224x224x3
    uint8 array (cheap to make: the trip back is the work), batches of 256;
@@ -36,9 +37,12 @@ def image_of(sample: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(kind: str, folder: str) -> dict[str, float]:
-    """One epoch in this process; images/s and the main process's CPU seconds."""
+    """One epoch in this process: images/s, the main process's CPU seconds, peak RSS of all
+    processes."""
+    from peer_run import TreeRSS
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
+    rss = TreeRSS().__enter__()
     t, cpu = time.perf_counter(), time.process_time()
     ds = Dataset.from_path(kind, folder, index_cache=False)
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
@@ -48,7 +52,9 @@ def run(kind: str, folder: str) -> dict[str, float]:
     else:
         pipe = pipe.decode_image("jpg", processes=2).random_resized_crop(224).flip()
     n = sum(len(batch["jpg"]) for batch in pipe.batch(256))
-    return {"rate": n / (time.perf_counter() - t), "main_cpu": time.process_time() - cpu}
+    rate, cpu = n / (time.perf_counter() - t), time.process_time() - cpu
+    rss.__exit__()
+    return {"rate": rate, "main_cpu": cpu, "rss_mb": rss.peak / 1e6}
 
 
 def make_data(root: Path) -> dict[str, str]:
@@ -75,7 +81,8 @@ def main() -> None:
         folders = make_data(Path(tmp))
         print(f"# 2 worker processes, fresh process per run, median of {args.rounds}")
         print(f"{'pipeline':<12} {'pickled img/s':>14} {'shared img/s':>13} {'ratio':>6} "
-              f"{'main CPU s (pickled / shared)':>30}")  # fmt: skip
+              f"{'main CPU s (pickled / shared)':>30} "
+              f"{'peak RSS MB (pickled / shared)':>31}")  # fmt: skip
         for kind, folder in folders.items():
             runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
             for _ in range(args.rounds):
@@ -86,8 +93,10 @@ def main() -> None:
                     runs[flag].append(json.loads(out.stdout.splitlines()[-1]))
             rate = {f: statistics.median(r["rate"] for r in runs[f]) for f in runs}
             cpu = {f: statistics.median(r["main_cpu"] for r in runs[f]) for f in runs}
+            rss = {f: statistics.median(r["rss_mb"] for r in runs[f]) for f in runs}
             print(f"{kind:<12} {rate['0']:>14,.0f} {rate['1']:>13,.0f} "
-                  f"{rate['1'] / rate['0']:>5.2f}x {cpu['0']:>17.2f} / {cpu['1']:.2f}")  # fmt: skip
+                  f"{rate['1'] / rate['0']:>5.2f}x {cpu['0']:>23.2f} / {cpu['1']:<5.2f} "
+                  f"{rss['0']:>23,.0f} / {rss['1']:,.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -147,3 +147,16 @@ def pack_then_exit(prefix: str) -> None:
 
     shm.pack(arrays(0), prefix)
     os._exit(3)
+
+
+def describe(items: list[Any]) -> list[tuple[str, int, str]]:
+    """What a worker received: each value's type, size and digest (nested dicts included)."""
+    import hashlib
+
+    out = []
+    for item in items:
+        for value in item.values():
+            value = value["bytes"] if isinstance(value, dict) else value
+            digest = hashlib.sha1(value).hexdigest() if isinstance(value, bytes) else ""
+            out.append((type(value).__name__, len(value) if digest else 0, digest))
+    return out

@@ -124,3 +124,45 @@ def test_a_process_that_exits_leaves_no_segment_and_no_warning(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr and "resource_tracker" not in done.stderr
     assert _segments(done.stdout.strip()) == []
+
+
+def _blobs(n: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(n)
+    return [{"jpg": rng.bytes(100_000 + i), "hf": {"bytes": rng.bytes(70_000), "path": None},
+             "cls": b"7", "id": i} for i in range(n)]  # fmt: skip
+
+
+def _expected(items: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
+    return pipeline_fns.describe(items)
+
+
+async def test_large_bytes_reach_workers_as_bytes_through_a_segment_removed_after() -> None:
+    items = _blobs(24)  # 4 MB: one segment
+    packed = shm.pack_args((items,), "zphtest_")
+    assert packed.name is not None and len(packed.data) < 10_000
+    shm.discard(packed)
+    pool = WorkerPool(2)
+    try:
+        got = await asyncio.gather(*(pool.run("s", pipeline_fns.describe, items) for _ in range(4)))
+        assert all(g == _expected(items) for g in got)
+        assert {kind for kind, _, _ in got[0]} == {"bytes", "int"}
+        assert _segments(pool.segment_prefix) == []  # the arguments' segments too
+    finally:
+        pool.shutdown()
+
+
+async def test_a_call_cancelled_before_it_ran_removes_its_arguments_segment() -> None:
+    pool = WorkerPool(1)
+    try:
+        busy = asyncio.ensure_future(pool.run("s", pipeline_fns.arrays, 0))
+        waiting = asyncio.ensure_future(pool.run("s", pipeline_fns.describe, _blobs(24)))
+        await asyncio.sleep(0)  # both submitted
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await busy
+        got = await pool.run("s", pipeline_fns.describe, _blobs(3))
+        assert got == _expected(_blobs(3))
+        assert _segments(pool.segment_prefix) == []
+    finally:
+        pool.shutdown()

@@ -65,14 +65,17 @@ def _ignore_result(future: Any) -> None:
         future.exception()  # retrieved: never "exception was never retrieved"
 
 
-def _call_packed(prefix: str, fn: Callable[..., Any], *args: Any) -> shm.Packed:
-    """In a worker: ``fn(*args)``, its large arrays put in shared memory (:mod:`.shm`)."""
-    return shm.pack(fn(*args), prefix)
+def _call_packed(prefix: str, fn: Callable[..., Any], args: shm.Packed) -> shm.Packed:
+    """In a worker: ``fn(*args)``, its arguments' large bytes read from and its result's large
+    arrays put in shared memory (:mod:`.shm`)."""
+    return shm.pack(fn(*shm.unpack_args(args)), prefix)
 
 
-def _unpacked(call: Future[shm.Packed], out: Future[Any]) -> None:
+def _unpacked(call: Future[shm.Packed], out: Future[Any], args: shm.Packed) -> None:
     """On the pool's result thread: the worker's result, unpacked as soon as it arrives
-    (whether or not anyone still waits for it, so that its segment never outlives it)."""
+    (whether or not anyone still waits for it, so that its segment never outlives it); the
+    segment of its arguments goes too."""
+    shm.discard(args)
     if call.cancelled():
         out.cancel()
         return
@@ -182,10 +185,15 @@ class WorkerPool:
     def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """``fn(*args)`` on a worker, its result back through shared memory; cancelling the
         returned future cancels the call if it has not started."""
-        call = self._get().submit(_call_packed, self._prefix, fn, *args)
+        packed = shm.pack_args(args, self._prefix)
+        try:
+            call = self._get().submit(_call_packed, self._prefix, fn, packed)
+        except BaseException:
+            shm.discard(packed)
+            raise
         out: Future[T] = Future()
         out.add_done_callback(lambda f: call.cancel() if f.cancelled() else None)
-        call.add_done_callback(lambda c: _unpacked(c, out))
+        call.add_done_callback(lambda c: _unpacked(c, out, packed))
         return out
 
     def pids(self) -> Sequence[int]:

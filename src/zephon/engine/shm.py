@@ -1,18 +1,21 @@
-"""Worker results through shared memory: large arrays cross without being pickled.
+"""Blocks to and from worker processes through shared memory: large buffers are not pickled.
 
-A block's result pickled the usual way copies every array four times (into the pickle, into
-the pipe, out of it, out of the pickle), on both sides of the pipe; for decoded images that was
-a fifth of each worker's time and most of the parent's. Here the worker pickles the result with
-protocol 5, keeping arrays of :data:`OUT_OF_BAND` bytes or more out of the stream, writes those
-into one new shared-memory segment and sends the small rest; the parent maps the segment,
-unlinks it, copies each array out once and unmaps it: two copies in all, no pipe, no pickle.
+A block pickled the usual way copies every large buffer four times (into the pickle, into the
+pipe, out of it, out of the pickle), on both sides of the pipe: for decoded images a fifth of
+each worker's time and most of the parent's. Here the sender pickles with protocol 5, keeping
+buffers of :data:`OUT_OF_BAND` bytes or more (numpy and Arrow arrays; the ``bytes`` of fetched
+samples, lifted by :func:`pack_args`) out of the stream, writes them into one new
+shared-memory segment and sends the small rest; the receiver maps the segment and copies each
+buffer out once. Two copies in all, no pipe, no pickle of the payload.
 
-A segment exists from its creation to the parent's receipt; the resource tracker the workers
-share with the parent removes any left by a process that dies in between, and the pool sweeps
-its own prefix when it shuts down. Space is reserved when the segment is made (``ENOSPC``
-then, instead of a ``SIGBUS`` on writing into a full ``/dev/shm``), and a result goes the
-usual way when shared memory is missing, nearly full or too small to be worth it, or when
-the environment says ``ZEPHON_WORKER_SHM=0`` (read by each worker as it starts).
+Each segment has one owner who removes it. A result's segment is made by the worker and
+removed by the parent as it arrives (whether or not anyone still waits for it); a call's
+arguments' segment is made by the parent and removed when the call is over or cancelled. The
+resource tracker the workers share with the parent removes any left by a process that dies,
+and the pool sweeps its own prefix when it shuts down. Space is reserved when a segment is
+made (``ENOSPC`` then, instead of a ``SIGBUS`` on writing into a full ``/dev/shm``), and a
+block goes the usual way when shared memory is missing, nearly full or not worth it, or when
+the environment says ``ZEPHON_WORKER_SHM=0``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import os
 import pickle
 from typing import Any
 
-__all__ = ["AVAILABLE", "Packed", "pack", "sweep", "unpack"]
+__all__ = ["AVAILABLE", "Packed", "discard", "pack", "pack_args", "sweep", "unpack", "unpack_args"]
 
 _posixshmem: Any
 try:  # CPython's own POSIX shared memory calls (those of multiprocessing.shared_memory)
@@ -45,7 +48,7 @@ _POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 class Packed:
-    """A pickled result and where its large buffers lie: a segment's ``name`` and
+    """A pickled value and where its large buffers lie: a segment's ``name`` and
     ``(offset, size)`` spans, or the buffers themselves (``inline``)."""
 
     __slots__ = ("data", "inline", "name", "spans")
@@ -84,6 +87,62 @@ def pack(value: Any, prefix: str) -> Packed:
     finally:
         os.close(fd)
     return Packed(data, name, spans, [])
+
+
+class _Bytes:
+    """Large ``bytes`` lifted out of the pickle stream; ``bytes`` again on the other side."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return bytes, (pickle.PickleBuffer(self.value),)
+
+
+def _lift(value: Any, depth: int = 5) -> Any:
+    """``value`` with its large ``bytes`` (in plain dicts, lists and tuples: samples and
+    blocks of them) marked to travel out of band; pickle never offers ``bytes`` itself."""
+    kind = type(value)
+    if kind is bytes:
+        return _Bytes(value) if len(value) >= OUT_OF_BAND else value
+    if depth == 0:
+        return value
+    if kind is dict:
+        return {k: _lift(v, depth - 1) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(_lift(v, depth - 1) for v in value)
+    return value
+
+
+def pack_args(args: tuple[Any, ...], prefix: str) -> Packed:
+    """A call's arguments for the trip to a worker (fetched bytes, mostly). This process
+    made the segment and removes it when the call is over (:func:`discard`)."""
+    return pack(_lift(args), prefix)
+
+
+def unpack_args(packed: Packed) -> tuple[Any, ...]:
+    """In a worker: the call's arguments, their bytes copied out of the caller's segment."""
+    if packed.name is None:
+        return pickle.loads(packed.data, buffers=packed.inline)  # type: ignore[no-any-return]
+    fd = _posixshmem.shm_open("/" + packed.name, os.O_RDONLY, 0o600)
+    try:
+        mapped = mmap.mmap(fd, 0, flags=_POPULATE, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    view = memoryview(mapped)
+    args = pickle.loads(packed.data, buffers=[view[o : o + n] for o, n in packed.spans])
+    view.release()
+    with contextlib.suppress(BufferError):  # an array argument may still be a view of it
+        mapped.close()
+    return args  # type: ignore[no-any-return]
+
+
+def discard(packed: Packed) -> None:
+    """Remove the segment of a call's arguments once the call is over (or never ran)."""
+    if packed.name is not None:
+        _unlink(packed.name)
 
 
 def _segment(prefix: str, size: int) -> str | None:
@@ -134,8 +193,10 @@ def unpack(packed: Packed) -> Any:
 
 
 def _unlink(name: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:
         _posixshmem.shm_unlink("/" + name)
+    except FileNotFoundError:
+        return  # someone else removed it, and told the tracker (told twice, it complains)
     resource_tracker.unregister("/" + name, "shared_memory")
 
 
