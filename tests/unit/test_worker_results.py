@@ -166,3 +166,19 @@ async def test_a_call_cancelled_before_it_ran_removes_its_arguments_segment() ->
         assert _segments(pool.segment_prefix) == []
     finally:
         pool.shutdown()
+
+
+def test_a_full_shared_memory_at_reservation_falls_back_and_leaves_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import errno
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    before = set(_segments("zphfull_"))
+    packed = shm.pack(pipeline_fns.arrays(4), "zphfull_")
+    assert packed.name is None and packed.inline
+    assert set(_segments("zphfull_")) == before == set()
+    _assert_same(shm.unpack(packed), pipeline_fns.arrays(4))
