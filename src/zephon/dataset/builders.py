@@ -20,8 +20,8 @@ from zephon.storage.keep import ScanKeep
 
 __all__ = ["SCAN_CHUNK_BYTES", "build_jsonl", "build_parquet", "build_records", "build_tar"]
 
-SCAN_CHUNK_BYTES = 4 << 20
-_SCAN_WINDOW = 4  # chunks in flight per scanned shard: ~16 MiB ahead, enough to hide latency
+SCAN_CHUNK_BYTES = 8 << 20
+_SCAN_WINDOW = 2  # chunks in flight per scanned shard: ~16 MiB ahead, enough to hide latency
 
 
 async def scan_object(
