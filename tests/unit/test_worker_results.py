@@ -182,3 +182,15 @@ def test_a_full_shared_memory_at_reservation_falls_back_and_leaves_nothing(
     assert packed.name is None and packed.inline
     assert set(_segments("zphfull_")) == before == set()
     _assert_same(shm.unpack(packed), pipeline_fns.arrays(4))
+
+
+def test_arguments_arrive_equal_whatever_the_mix_of_small_and_large_values() -> None:
+    text = [{"id": i, "text": "x" * 1600} for i in range(1024)]
+    late = text[:8] + _blobs(4)  # large bytes only after the first items: sent in the pickle
+    for items in (text, late, _blobs(24), []):
+        packed = shm.pack_args(("map", items, 7), "zphtest_")
+        try:
+            assert shm.unpack_args(packed) == ("map", items, 7)
+        finally:
+            shm.discard(packed)
+    assert _segments("zphtest_") == []

@@ -103,7 +103,9 @@ class _Bytes:
 
 def _lift(value: Any, depth: int = 5) -> Any:
     """``value`` with its large ``bytes`` (in plain dicts, lists and tuples: samples and
-    blocks of them) marked to travel out of band; pickle never offers ``bytes`` itself."""
+    blocks of them) marked to travel out of band; pickle never offers ``bytes`` itself. A
+    list whose first items hold no large bytes (a block of text) is taken as it is: walking
+    every sample would cost several times its pickling."""
     kind = type(value)
     if kind is bytes:
         return _Bytes(value) if len(value) >= OUT_OF_BAND else value
@@ -111,9 +113,24 @@ def _lift(value: Any, depth: int = 5) -> Any:
         return value
     if kind is dict:
         return {k: _lift(v, depth - 1) for k, v in value.items()}
+    if kind is list and not any(_holds_large(v, depth - 1) for v in value[:4]):
+        return value
     if kind is list or kind is tuple:
         return kind(_lift(v, depth - 1) for v in value)
     return value
+
+
+def _holds_large(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if kind is bytes:
+        return len(value) >= OUT_OF_BAND
+    if depth == 0:
+        return False
+    if kind is dict:
+        return any(_holds_large(v, depth - 1) for v in value.values())
+    if kind is list or kind is tuple:
+        return any(_holds_large(v, depth - 1) for v in value[:4])
+    return False
 
 
 def pack_args(args: tuple[Any, ...], prefix: str) -> Packed:
