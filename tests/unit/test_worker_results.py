@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,20 @@ from zephon.engine.pool import WorkerPool
 from zephon.errors import WorkerCrashed
 
 pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+
+
+@pytest.fixture
+def pools() -> Iterator[Callable[[int], WorkerPool]]:
+    """``pools(n)``: a pool of ``n`` workers, shut down after the test."""
+    made: list[WorkerPool] = []
+
+    def make(processes: int) -> WorkerPool:
+        made.append(WorkerPool(processes))
+        return made[-1]
+
+    yield make
+    for pool in made:
+        pool.shutdown()
 
 
 def _segments(prefix: str) -> list[str]:
@@ -46,37 +61,33 @@ def test_large_arrays_go_through_a_segment_that_is_gone_once_received() -> None:
     _assert_same(got, pipeline_fns.arrays(0))
 
 
-async def test_results_of_workers_are_equal_and_own_their_arrays() -> None:
-    pool = WorkerPool(2)
-    try:
-        results = await asyncio.gather(*(pool.run("s", pipeline_fns.arrays, s) for s in range(6)))
-        for seed, got in enumerate(results):
-            _assert_same(got, pipeline_fns.arrays(seed))
-            first, second = got["images"]
-            # Each array is its own memory (an item held on to holds only itself), writable.
-            assert not np.shares_memory(first, second)
-            assert not np.shares_memory(first, results[seed - 1]["images"][0])
-            first[0, 0] = 7
-        assert _segments(pool.segment_prefix) == []  # unlinked on receipt
-    finally:
-        pool.shutdown()
+async def test_results_of_workers_are_equal_and_own_their_arrays(
+    pools: Callable[[int], WorkerPool],
+) -> None:
+    pool = pools(2)
+    results = await asyncio.gather(*(pool.run("s", pipeline_fns.arrays, s) for s in range(6)))
+    for seed, got in enumerate(results):
+        _assert_same(got, pipeline_fns.arrays(seed))
+        first, second = got["images"]
+        # Each array is its own memory (an item held on to holds only itself), writable.
+        assert not np.shares_memory(first, second)
+        assert not np.shares_memory(first, results[seed - 1]["images"][0])
+        first[0, 0] = 7
+    assert _segments(pool.segment_prefix) == []  # unlinked on receipt
 
 
-async def test_a_cancelled_call_leaves_no_segment() -> None:
-    pool = WorkerPool(1)
-    try:
-        task = asyncio.ensure_future(pool.run("s", pipeline_fns.arrays, 1))
-        await asyncio.sleep(0)  # submitted
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        # One worker takes calls in order: when this one is back, the cancelled one (if it
-        # ran at all) has been received and unlinked.
-        got = await pool.run("s", pipeline_fns.arrays, 2)
-        _assert_same(got, pipeline_fns.arrays(2))
-        assert _segments(pool.segment_prefix) == []
-    finally:
-        pool.shutdown()
+async def test_a_cancelled_call_leaves_no_segment(pools: Callable[[int], WorkerPool]) -> None:
+    pool = pools(1)
+    task = asyncio.ensure_future(pool.run("s", pipeline_fns.arrays, 1))
+    await asyncio.sleep(0)  # submitted
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # One worker takes calls in order: when this one is back, the cancelled one (if it
+    # ran at all) has been received and unlinked.
+    got = await pool.run("s", pipeline_fns.arrays, 2)
+    _assert_same(got, pipeline_fns.arrays(2))
+    assert _segments(pool.segment_prefix) == []
 
 
 async def test_a_segment_whose_worker_died_is_swept_at_shutdown() -> None:
@@ -136,36 +147,34 @@ def _expected(items: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
     return pipeline_fns.describe(items)
 
 
-async def test_large_bytes_reach_workers_as_bytes_through_a_segment_removed_after() -> None:
+async def test_large_bytes_reach_workers_as_bytes_through_a_segment_removed_after(
+    pools: Callable[[int], WorkerPool],
+) -> None:
     items = _blobs(24)  # 4 MB: one segment
     packed = shm.pack_args((items,), "zphtest_")
     assert packed.name is not None and len(packed.data) < 10_000
     shm.discard(packed)
-    pool = WorkerPool(2)
-    try:
-        got = await asyncio.gather(*(pool.run("s", pipeline_fns.describe, items) for _ in range(4)))
-        assert all(g == _expected(items) for g in got)
-        assert {kind for kind, _, _ in got[0]} == {"bytes", "int"}
-        assert _segments(pool.segment_prefix) == []  # the arguments' segments too
-    finally:
-        pool.shutdown()
+    pool = pools(2)
+    got = await asyncio.gather(*(pool.run("s", pipeline_fns.describe, items) for _ in range(4)))
+    assert all(g == _expected(items) for g in got)
+    assert {kind for kind, _, _ in got[0]} == {"bytes", "int"}
+    assert _segments(pool.segment_prefix) == []  # the arguments' segments too
 
 
-async def test_a_call_cancelled_before_it_ran_removes_its_arguments_segment() -> None:
-    pool = WorkerPool(1)
-    try:
-        busy = asyncio.ensure_future(pool.run("s", pipeline_fns.arrays, 0))
-        waiting = asyncio.ensure_future(pool.run("s", pipeline_fns.describe, _blobs(24)))
-        await asyncio.sleep(0)  # both submitted
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        await busy
-        got = await pool.run("s", pipeline_fns.describe, _blobs(3))
-        assert got == _expected(_blobs(3))
-        assert _segments(pool.segment_prefix) == []
-    finally:
-        pool.shutdown()
+async def test_a_call_cancelled_before_it_ran_removes_its_arguments_segment(
+    pools: Callable[[int], WorkerPool],
+) -> None:
+    pool = pools(1)
+    busy = asyncio.ensure_future(pool.run("s", pipeline_fns.arrays, 0))
+    waiting = asyncio.ensure_future(pool.run("s", pipeline_fns.describe, _blobs(24)))
+    await asyncio.sleep(0)  # both submitted
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await busy
+    got = await pool.run("s", pipeline_fns.describe, _blobs(3))
+    assert got == _expected(_blobs(3))
+    assert _segments(pool.segment_prefix) == []
 
 
 def test_a_full_shared_memory_at_reservation_falls_back_and_leaves_nothing(
