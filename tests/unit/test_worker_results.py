@@ -203,3 +203,31 @@ def test_arguments_arrive_equal_whatever_the_mix_of_small_and_large_values() -> 
         finally:
             shm.discard(packed)
     assert _segments("zphtest_") == []
+
+
+def _ours() -> list[str]:
+    """Segments of every pool of this process."""
+    return _segments(f"zph{os.getpid():x}p")
+
+
+def _images_pipeline(n: int) -> Any:
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    ds = Dataset.from_records("ids", [{"id": i} for i in range(n)], samples_per_shard=250)
+    ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
+    return Pipeline(ws, world_size=1, rank=0).map(pipeline_fns.image_of, processes=2).batch(32)
+
+
+def test_a_pipeline_left_early_or_failing_leaves_no_segment() -> None:
+    pipe = _images_pipeline(900)  # no sample 977: runs to its end
+    assert sum(len(b["image"]) for b in pipe) == 900
+    assert _ours() == []
+    pipe = _images_pipeline(4000)
+    for _ in zip(range(2), pipe, strict=False):
+        pass  # left after two batches, blocks still in flight both ways
+    pipe.close()
+    assert _ours() == []
+    with pytest.raises(KeyError, match="977"):
+        for _ in _images_pipeline(4000):
+            pass
+    assert _ours() == []
