@@ -231,3 +231,25 @@ def test_a_pipeline_left_early_or_failing_leaves_no_segment() -> None:
         for _ in _images_pipeline(4000):
             pass
     assert _ours() == []
+
+
+def test_the_child_process_engine_with_workers_gets_the_same_batches_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    for s in range(6):  # on disk: the engine's child is spawned, and reads it itself
+        lines = "".join(f'{{"id": {i}}}\n' for i in range(s * 100, (s + 1) * 100))
+        (tmp_path / f"part-{s}.jsonl").write_text(lines)
+    before = set(_segments("zph"))
+
+    def run(engine: str) -> list[list[int]]:
+        ds = Dataset.from_path("ids", str(tmp_path), index_cache=False)
+        ws = StaticMixtureWorkSource([ds], seed=3, stop_after_passes=1)
+        pipe = Pipeline(ws, world_size=1, rank=0, lanes=2, engine=engine)
+        batches = pipe.map(pipeline_fns.image_of, processes=2).batch(64)
+        return [b["image"][:, 0, 0, 0].tolist() for b in batches]
+
+    thread, child = run("thread"), run("process")
+    assert thread == child and sum(map(len, child)) == 600
+    assert set(_segments("zph")) <= before  # the child's pool removed its own
