@@ -62,7 +62,8 @@ class Packed:
 
 
 def pack(value: Any, prefix: str) -> Packed:
-    """``value`` for the trip to the parent; its segment (if any) is named ``prefix...``."""
+    """``value`` for the trip to another process; its segment (if any) is named
+    ``prefix...``. A worker packs its results, the parent a call's arguments."""
     big: list[pickle.PickleBuffer] = []
 
     def keep_in_band(buffer: pickle.PickleBuffer) -> bool:
@@ -167,7 +168,10 @@ def _segment(prefix: str, size: int) -> str | None:
     if not AVAILABLE or not _room_for(size):
         return None
     name = f"{prefix}{os.getpid():x}_{next(_count):x}"
-    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except OSError:  # out of file descriptors, no permission: the pipe still works
+        return None
     resource_tracker.register("/" + name, "shared_memory")
     try:
         os.ftruncate(fd, size)
