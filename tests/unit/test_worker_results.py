@@ -253,3 +253,22 @@ def test_the_child_process_engine_with_workers_gets_the_same_batches_and_leaves_
     thread, child = run("thread"), run("process")
     assert thread == child and sum(map(len, child)) == 600
     assert set(_segments("zph")) <= before  # the child's pool removed its own
+
+
+async def test_a_result_is_freed_as_soon_as_its_caller_drops_it(
+    pools: Callable[[int], WorkerPool],
+) -> None:
+    import gc
+    import weakref
+
+    pool = pools(1)
+    gc.disable()  # freed by reference counting alone: no cycle may hold a block of images
+    try:
+        got = await pool.run("s", pipeline_fns.arrays, 5)
+        image = weakref.ref(got["images"][0])
+        del got
+        # The next result comes back once the pool's result thread has let go of this one.
+        await pool.run("s", pipeline_fns.arrays, 6)
+        assert image() is None
+    finally:
+        gc.enable()

@@ -15,6 +15,7 @@ bounded: workers still alive after it are terminated, then killed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import itertools
 import multiprocessing
@@ -22,6 +23,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -69,6 +71,13 @@ def _call_packed(prefix: str, fn: Callable[..., Any], args: shm.Packed) -> shm.P
     """In a worker: ``fn(*args)``, its arguments' large bytes read from and its result's large
     arrays put in shared memory (:mod:`.shm`)."""
     return shm.pack(fn(*shm.unpack_args(args)), prefix)
+
+
+def _cancel_call(call: weakref.ref[Future[Any]], out: Future[Any]) -> None:
+    """``out`` is done: if it was cancelled, so is the call behind it (if not yet started)."""
+    running = call()
+    if out.cancelled() and running is not None:
+        running.cancel()
 
 
 def _unpacked(call: Future[shm.Packed], out: Future[Any], args: shm.Packed) -> None:
@@ -192,7 +201,11 @@ class WorkerPool:
             shm.discard(packed)
             raise
         out: Future[T] = Future()
-        out.add_done_callback(lambda f: call.cancel() if f.cancelled() else None)
+        # ``out`` knows ``call`` weakly: each holding the other in its callbacks made a cycle
+        # that kept every result (a block of decoded images) until the garbage collector's
+        # next full pass, 300 MiB more resident memory in an image epoch.
+        calling = weakref.ref(call)
+        out.add_done_callback(functools.partial(_cancel_call, calling))
         call.add_done_callback(lambda c: _unpacked(c, out, packed))
         return out
 
