@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
+from zephon.context import sample_pass
 from zephon.errors import (
     AccessDenied,
     ConfigError,
@@ -52,6 +53,7 @@ __all__ = [
     "StorageError",
     "WorkerCrashed",
     "ZephonError",
+    "sample_pass",
 ]
 
 

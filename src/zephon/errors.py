@@ -191,12 +191,16 @@ class WorkerCrashed(ZephonError):
 
 
 def native_reader_failure(exc: BaseException) -> bool:
-    """An error raised by a native (Rust) format reader on bad data: Python errors, or a Rust
-    panic (pyo3's ``PanicException`` derives from ``BaseException``). Callers turn it into a
-    :class:`FormatError` naming the shard."""
-    return isinstance(exc, ValueError | OSError | IndexError | RuntimeError) or (
-        type(exc).__name__ == "PanicException"
-    )
+    """An error raised by a native (Rust) format reader on bad data: Python errors, a Rust
+    panic (pyo3's ``PanicException`` derives from ``BaseException``), or a bare
+    ``pyarrow.ArrowException`` from the Arrow C data interface it hands rows through (a
+    damaged field name, say). Callers turn it into a :class:`FormatError` naming the shard."""
+    if isinstance(exc, ValueError | OSError | IndexError | RuntimeError):
+        return True
+    if type(exc).__name__ == "PanicException":
+        return True
+    return any((c.__module__, c.__name__) == ("pyarrow.lib", "ArrowException")
+               for c in type(exc).__mro__)  # fmt: skip
 
 
 def first_error(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -99,6 +99,9 @@ class RangeRequest(NamedTuple):
         slots: the position of each sample within its work chunk (int64 array, ascending).
         cursor: the work chunk's cursor.
         chunk_length: pointers in the work chunk (its requests' slots cover ``range(length)``).
+        passes: per sample, the pass of its dataset it was drawn in (0, 1, ...: a dataset
+            read again, by ``stop_after_passes`` or a repeat, is in its next pass); ``None``
+            means all 0.
     """
 
     dataset: int
@@ -110,6 +113,7 @@ class RangeRequest(NamedTuple):
     slots: np.ndarray
     cursor: Cursor
     chunk_length: int
+    passes: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:

@@ -58,9 +58,11 @@ def stream(ws: StaticMixtureWorkSource, lane: int, lanes: int) -> list[tuple[int
 
 
 def plain(request: Any) -> Any:
-    """A request with its sample and slot arrays as tuples, so requests compare with ==."""
+    """A request with its sample, slot and pass arrays as tuples, so requests compare
+    with ==."""
+    passes = None if request.passes is None else tuple(request.passes.tolist())
     return request._replace(samples=tuple(request.samples.tolist()),
-                            slots=tuple(request.slots.tolist()))  # fmt: skip
+                            slots=tuple(request.slots.tolist()), passes=passes)  # fmt: skip
 
 
 def from_requests(requests: list[Any]) -> list[tuple[int, int, int]]:
@@ -117,7 +119,7 @@ def test_pure_function(sizes: list[int], shuffle: str, seed: int, lanes: int, ch
 @given(manifests, shuffles, st.integers(0, 1000), st.integers(1, 4), st.integers(1, 3),
        st.integers(1, 50))  # fmt: skip
 @example([21], "block", 0, 1, 2, 1)  # one shard, chunk 1: runs once spanned the whole dataset
-def test_every_pass_covers_every_sample_once_across_disjoint_lanes(
+def test_every_pass_covers_every_sample_once_across_disjoint_lanes_and_is_told(
     sizes: list[int], shuffle: str, seed: int, lanes: int, passes: int, chunk: int
 ) -> None:
     m = ragged("a", sizes, seed)
@@ -138,6 +140,11 @@ def test_every_pass_covers_every_sample_once_across_disjoint_lanes(
             assert abs(share - m.num_samples / lanes) < 1  # a fair share, every pass
             seen.update((sh, sm) for _, sh, sm in lane_stream[at : at + share])
         assert set(seen) == all_samples and set(seen.values()) == {1}
+    for lane in range(lanes):  # each request says the pass of each of its samples
+        told = {(r.cursor.chunk, slot): p for r in asyncio.run(collect(ws, lane, lanes))
+                for slot, p in zip(r.slots.tolist(), r.passes.tolist(), strict=True)}  # fmt: skip
+        in_order = [told[k] for k in sorted(told)]
+        assert in_order == [p for p in range(passes) for _ in range(split.share(lane, p))]
     size = len(everything[0]) // passes
     # A new order per pass, where there are many orders to draw from: a block shuffle of a
     # few runs (4 runs of 5 samples: 24 orders) repeats a pass's order now and then.

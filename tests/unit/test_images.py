@@ -231,3 +231,50 @@ def test_a_crop_of_the_target_size_is_an_array_of_its_own() -> None:
         part = RandomResizedCrop(64, "jpg", (0.5, 0.5), (1.0, 1.0), seed=0, backend=backend)
         got = part({"id": 1, "jpg": wide})["jpg"]
         assert got.shape == (64, 64, 3) and got.flags.c_contiguous and got.base is None
+
+
+def test_to_tensor_lays_out_scales_and_normalises_without_a_python_loop() -> None:
+    from zephon.ops.image import ToCHW, ToTensor
+
+    img = picture(5, 6, 8)
+    chw = ToTensor("jpg")({"jpg": img})["jpg"]
+    assert chw.dtype == np.uint8 and chw.flags.c_contiguous
+    assert np.array_equal(chw, ToCHW("jpg")({"jpg": img})["jpg"])
+    assert np.array_equal(ToTensor("jpg", layout="NHWC")({"jpg": img})["jpg"], img)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    got = ToTensor("jpg", dtype="float32", mean=mean, std=std)({"jpg": img})["jpg"]
+    want = ((img / 255.0 - np.array(mean)) / np.array(std)).transpose(2, 0, 1)
+    assert got.dtype == np.float32 and got.shape == (3, 6, 8)
+    assert np.abs(got - want).max() < 1e-5
+    unit = ToTensor("jpg", layout="HWC", dtype="float16")({"jpg": img})["jpg"]
+    assert unit.dtype == np.float16 and np.abs(unit - img / 255.0).max() < 1e-3
+    gray = ToTensor("g", dtype="float32", mean=0.5, std=0.5)({"g": img[..., 0]})["g"]
+    assert gray.shape == (1, 6, 8)
+    assert np.abs(gray[0] - (img[..., 0] / 255 - 0.5) / 0.5).max() < 1e-6
+    bads = [{"layout": "CWH"}, {"dtype": "int8"}, {"mean": 0.5},
+            {"dtype": "float32", "mean": 0.5, "std": 0}, {"mean": 0.5, "std": 0.5}]  # fmt: skip
+    for bad in bads:
+        with pytest.raises(ConfigError):
+            ToTensor("jpg", **bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="2 and 2 values for an image of 3 channels"):
+        ToTensor("jpg", dtype="float32", mean=(0, 0), std=(1, 1))({"jpg": img})
+    with pytest.raises(ConfigError, match="decode_image first"):
+        ToTensor("jpg")({"jpg": b"\xff\xd8\xff"})
+
+
+def test_to_tensor_batches_are_normalised_nchw_identically_in_workers(tmp_path: Path) -> None:
+    _tars(tmp_path / "tars")
+    ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
+
+    def run(processes: int) -> list[np.ndarray]:
+        ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+        pipe = (Pipeline(ws, rank=0, world_size=1).decode_image(processes=processes)
+                .center_crop(40).to_tensor(dtype="float32", mean=0.5, std=0.25)
+                .batch(8))  # fmt: skip
+        return [b["jpg"] for b in pipe]
+
+    here = run(0)
+    assert [b.shape for b in here] == [(8, 3, 40, 40)] * 3 and here[0].dtype == np.float32
+    lowest, highest = min(b.min() for b in here), max(b.max() for b in here)
+    assert -2.0 <= lowest < highest <= 2.0  # (x / 255 - 0.5) / 0.25
+    assert all(np.array_equal(a, b) for a, b in zip(here, run(2), strict=True))

@@ -21,7 +21,8 @@ __all__ = [
     "high_water", "ref_at",
 ]  # fmt: skip
 
-SampleRef = tuple[int, int, int]  # (dataset, shard, sample): where an item came from
+# (dataset, shard, sample, pass): where an item came from, and in which pass of its dataset
+SampleRef = tuple[int, int, int, int]
 Position = tuple["Cursor | Residue | None", int]  # (chunk cursor, pointers of it delivered)
 # A lane position: (lane, chunk cursor or None at the lane's start, pointers of that chunk
 # delivered, states of the stateful ops (shuffle, pack, apply) in order: what they must skip,
@@ -50,8 +51,9 @@ class Residue:
 @dataclass(frozen=True, slots=True, eq=False)
 class ChunkRows:
     """Provenance of a run of items from one chunk of one lane, one array entry per item:
-    item ``i`` is sample ``(dataset[i], shard[i], sample[i])`` and, once received, leaves the
-    lane at ``(lane, cursor, delivered[i], (), None)``."""
+    item ``i`` is sample ``(dataset[i], shard[i], sample[i])`` drawn in pass ``passes[i]``
+    (all 0 if ``None``) and, once received, leaves the lane at
+    ``(lane, cursor, delivered[i], (), None)``."""
 
     lane: int
     cursor: Cursor
@@ -59,10 +61,13 @@ class ChunkRows:
     shard: np.ndarray
     sample: np.ndarray
     delivered: np.ndarray
+    passes: np.ndarray | None = None
 
     def refs(self) -> list[Any]:
         columns = (self.dataset.tolist(), self.shard.tolist(), self.sample.tolist())
-        return list(zip(*columns, strict=True))
+        if self.passes is None:
+            return list(zip(*columns, repeat(0), strict=False))  # repeat(0) never ends
+        return list(zip(*columns, self.passes.tolist(), strict=True))
 
     def marks(self) -> list[Any]:
         lane, cursor = repeat(self.lane), repeat(self.cursor)
@@ -72,7 +77,13 @@ class ChunkRows:
         return (self.lane, self.cursor, int(self.delivered[i]), (), None)
 
     def ref(self, i: int) -> SampleRef:
-        return (int(self.dataset[i]), int(self.shard[i]), int(self.sample[i]))
+        pass_ = 0 if self.passes is None else int(self.passes[i])
+        return (int(self.dataset[i]), int(self.shard[i]), int(self.sample[i]), pass_)
+
+    def slice(self, at: int, end: int) -> ChunkRows:
+        passes = None if self.passes is None else self.passes[at:end]
+        return ChunkRows(self.lane, self.cursor, self.dataset[at:end], self.shard[at:end],
+                         self.sample[at:end], self.delivered[at:end], passes)  # fmt: skip
 
 
 class Interleaved:
@@ -247,8 +258,7 @@ class Block:
         extra = self.extra if end == n else {}
         rows = self._rows if isinstance(self._rows, ChunkRows) and self._refs is None else None
         if rows is not None:
-            part = ChunkRows(rows.lane, rows.cursor, rows.dataset[at:end], rows.shard[at:end],
-                             rows.sample[at:end], rows.delivered[at:end])  # fmt: skip
+            part = rows.slice(at, end)
             return Block(self.lane, self.items[at:end], nbytes=nbytes, extra=extra, rows=part)
         return Block(self.lane, self.items[at:end], self.refs[at:end], self.marks[at:end],
                      nbytes, extra)  # fmt: skip

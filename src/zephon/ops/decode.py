@@ -23,6 +23,8 @@ from zephon.refs import Cursor, ShardInfo
 __all__ = ["DecodeJob", "SkipLedger", "decode_job"]
 
 Ints = np.ndarray | Sequence[int]  # a request's int64 column, or plain ints
+# one read in a chunk being assembled: slots, items, dataset, shard, samples, passes
+_Part = tuple[Ints, Sequence[Any], Any, Any, Ints, "Ints | None"]
 
 
 @dataclass
@@ -118,7 +120,7 @@ class ChunkAssembler:
         self.max_bytes = max_bytes
         self._emit = emit
         self._cursor: Cursor | None = None
-        self._parts: list[tuple[Ints, Sequence[Any], Any, Any, Ints]] = []
+        self._parts: list[_Part] = []
         self._failed = False
         self._held = 0
         self._first: tuple[set[int], int] | None = (set(), -1)  # filled slots, next to leave
@@ -133,15 +135,17 @@ class ChunkAssembler:
         samples: Ints,
         failed: bool = False,
         nbytes: int = 0,
+        passes: Ints | None = None,
     ) -> None:
         """Add one read: ``items`` are samples ``samples`` of ``(dataset, shard)`` at
-        ``slots`` of the chunk at ``cursor``; ``nbytes`` is what it holds."""
+        ``slots`` of the chunk at ``cursor``, drawn in ``passes`` (``None``: pass 0);
+        ``nbytes`` is what it holds."""
         if self._cursor is not None and cursor.chunk != self._cursor.chunk:
             self.flush()
         elif self._held >= self.max_bytes and len(slots):
             self._release(int(slots[0]))
         self._cursor = cursor
-        self._parts.append((slots, items, dataset, shard, samples))
+        self._parts.append((slots, items, dataset, shard, samples, passes))
         self._failed |= failed
         self._held += nbytes
         if self._first is not None and len(slots):
@@ -178,32 +182,36 @@ class ChunkAssembler:
         if cursor is None or not parts:
             return
         if len(parts) == 1 and before is None:  # the common case: nothing to sort
-            p_slots, p_items, p_dataset, p_shard, p_samples = parts[0]
+            p_slots, p_items, p_dataset, p_shard, p_samples, passes = parts[0]
             n = len(p_slots)
             slots = np.asarray(p_slots, dtype=np.int64)
             samples = np.asarray(p_samples, dtype=np.int64)
             dataset, shard = _column(p_dataset, n).copy(), _column(p_shard, n).copy()
             items = list(p_items)
         else:
-            slots, samples, dataset, shard, items = _in_slot_order(parts)
+            slots, samples, dataset, shard, passes, items = _in_slot_order(parts)
         nbytes = self._held
         if before is not None:
             cut = int(np.searchsorted(slots, before))
             if cut == 0:
                 return
-            rest = (slots[cut:], items[cut:], dataset[cut:], shard[cut:], samples[cut:])
+            rest_passes = None if passes is None else passes[cut:]
+            rest = (slots[cut:], items[cut:], dataset[cut:], shard[cut:], samples[cut:],
+                    rest_passes)  # fmt: skip
             self._parts = [rest] if len(rest[0]) else []
             self._held = self._held * len(rest[0]) // max(1, len(slots))
             nbytes -= self._held
             slots, samples, dataset, shard = slots[:cut], samples[:cut], dataset[:cut], shard[:cut]
             items = items[:cut]
-        rows = ChunkRows(self.lane, cursor, dataset, shard, samples, slots + 1)
+            passes = None if passes is None else passes[:cut]
+        rows = ChunkRows(self.lane, cursor, dataset, shard, samples, slots + 1,
+                         passes_column(passes))  # fmt: skip
         self._emit(items, rows, self._failed, nbytes)
 
 
 def _in_slot_order(
-    parts: list[tuple[Ints, Sequence[Any], Any, Any, Ints]],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any]]:
+    parts: list[_Part],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, list[Any]]:
     """The parts' columns concatenated and sorted by slot. Each read lists its samples in
     slot order and reads come in the order of their first slot, so the concatenation is
     often in order already (no shuffle, or one read)."""
@@ -222,12 +230,25 @@ def _in_slot_order(
             for p, n in zip(parts, lengths, strict=True)
         ]
     )
+    passes = None
+    if any(p[5] is not None for p in parts):
+        passes = np.concatenate([_column(0 if p[5] is None else p[5], n)
+                                 for p, n in zip(parts, lengths, strict=True)])  # fmt: skip
     items = list(chain.from_iterable(p[1] for p in parts))
     if not bool((slots[1:] > slots[:-1]).all()):
         order = np.argsort(slots, kind="stable")
         slots, samples, dataset, shard = slots[order], samples[order], dataset[order], shard[order]
+        passes = None if passes is None else passes[order]
         items = [items[i] for i in order.tolist()]
-    return slots, samples, dataset, shard, items
+    return slots, samples, dataset, shard, passes, items
+
+
+def passes_column(passes: Any) -> np.ndarray | None:
+    """A chunk's passes as a column, or ``None`` when every item is in pass 0."""
+    if passes is None:
+        return None
+    column = np.asarray(passes, dtype=np.int64)
+    return column if column.any() else None
 
 
 def _column(value: Any, n: int) -> np.ndarray:

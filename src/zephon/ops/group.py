@@ -22,7 +22,7 @@ __all__ = ["per_dataset_batches"]
 
 
 def _dataset(ref: Any) -> int:
-    if isinstance(ref, tuple) and len(ref) == 3:
+    if isinstance(ref, tuple) and len(ref) == 4:
         return int(ref[0])
     raise ConfigError("batch(per_dataset=True) needs samples from one dataset each; put it "
                       "before steps that combine samples (pack)")  # fmt: skip

@@ -2,9 +2,10 @@
 
 Each step is a picklable callable object (run by ``map``), so ``processes=N`` and
 ``executor=`` run it in workers with output identical to in-process. Randomness is keyed by
-the sample (its ``__key__``, ``id`` or ``_provenance``, else its image bytes) and a seed, never
-by a shared generator: the same sample gets the same crop and flip in any process, at any
-worker count and after a restore (pass another ``seed`` per pass for fresh augmentation).
+the sample (its ``__key__``, ``id`` or ``_provenance``, else its image bytes), the pass it was
+drawn in (:func:`zephon.sample_pass`) and a seed, never by a shared generator: the same sample
+gets the same crop and flip in any process, at any worker count and after a restore, and
+another in each pass.
 
 Decoding: JPEG through libjpeg-turbo (``simplejpeg``) when installed, with DCT scaling when a
 ``max_size`` says how small the image may be (draft mode: decoding 1/2, 1/4 or 1/8 of the
@@ -27,9 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from zephon.context import sample_pass
 from zephon.errors import ConfigError, FormatError
 
-__all__ = ["CenterCrop", "DecodeImage", "Flip", "RandomResizedCrop", "Resize", "ToCHW"]
+__all__ = [
+    "CenterCrop", "DecodeImage", "Flip", "RandomResizedCrop", "Resize", "ToCHW", "ToTensor",
+]  # fmt: skip
 
 _JPEG = b"\xff\xd8\xff"
 # imported lazily; a worker pool preloads them
@@ -122,8 +126,12 @@ class DecodeImage:
 
 
 def _rng(sample: dict[str, Any], image: np.ndarray, seed: int, salt: str) -> np.random.Generator:
-    """A generator keyed by the sample's identity, the seed and the step."""
+    """A generator keyed by the sample's identity, the pass it was drawn in, the seed and
+    the step (pass 0 adds nothing to the key: the first pass draws as an op called alone)."""
     h = hashlib.blake2b(f"{seed}\0{salt}\0".encode(), digest_size=16)
+    pass_ = sample_pass()
+    if pass_:
+        h.update(f"pass {pass_}\0".encode())
     key = sample.get("__key__", sample.get("id", sample.get("_provenance")))
     if key is not None:
         h.update(repr(key).encode())
@@ -302,3 +310,58 @@ class ToCHW:
         if image.ndim == 2:
             return {**sample, self.field: image[None]}
         return {**sample, self.field: np.ascontiguousarray(image.transpose(2, 0, 1))}
+
+
+_LAYOUTS = {"CHW": "CHW", "NCHW": "CHW", "HWC": "HWC", "NHWC": "HWC"}
+_DTYPES = ("uint8", "float32", "float16")
+
+
+class ToTensor:
+    """An image as a model takes it: ``layout`` ``"CHW"`` (``batch()`` then stacks
+    ``NCHW``) or ``"HWC"``; ``dtype`` ``"uint8"`` as decoded, or a float type scaled to
+    ``[0, 1]`` and, with ``mean`` and ``std`` (per channel, or one for all, on that scale),
+    normalised: ``(x / 255 - mean) / std``, as one multiply-add over the array. A gray
+    ``HxW`` image gets one channel."""
+
+    def __init__(self, field: str, layout: str = "CHW", dtype: str = "uint8",
+                 mean: Any = None, std: Any = None) -> None:  # fmt: skip
+        if layout not in _LAYOUTS:
+            raise ConfigError(f"layout must be one of {sorted(_LAYOUTS)}, got {layout!r}")
+        if dtype not in _DTYPES:
+            raise ConfigError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+        if (mean is None) != (std is None):
+            raise ConfigError("to_tensor needs both mean and std, or neither")
+        if mean is not None and dtype == "uint8":
+            raise ConfigError("normalising (mean, std) needs dtype='float32' or 'float16'")
+        self.field, self.layout, self.dtype = field, _LAYOUTS[layout], dtype
+        self.mean = None if mean is None else np.atleast_1d(np.asarray(mean, np.float32))
+        self.std = None if std is None else np.atleast_1d(np.asarray(std, np.float32))
+        if self.std is not None and not (self.std > 0).all():
+            raise ConfigError(f"std must be > 0, got {std!r}")
+        norm = "" if mean is None else f", mean={_floats(mean)}, std={_floats(std)}"
+        self.__name__ = f"to_tensor(field={field!r}, layout={self.layout!r}, dtype={dtype!r}{norm})"
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        image = sample[self.field]
+        if not isinstance(image, np.ndarray) or image.ndim not in (2, 3):
+            raise ConfigError(f"to_tensor needs a decoded HxW or HxWxC image in "
+                              f"{self.field!r} (decode_image first)")  # fmt: skip
+        if image.ndim == 2:
+            image = image[:, :, None]
+        out: np.ndarray = image
+        if self.dtype != "uint8":
+            scale, offset = np.float32(1 / 255), np.float32(0)
+            if self.mean is not None and self.std is not None:
+                channels = image.shape[2]
+                if len(self.mean) not in (1, channels) or len(self.std) not in (1, channels):
+                    raise ConfigError(f"mean and std have {len(self.mean)} and {len(self.std)} "
+                                      f"values for an image of {channels} channels")  # fmt: skip
+                scale, offset = scale / self.std, -self.mean / self.std  # type: ignore[assignment]
+            out = (image * scale + offset).astype(self.dtype, copy=False)
+        if self.layout == "CHW":
+            out = out.transpose(2, 0, 1)
+        return {**sample, self.field: np.ascontiguousarray(out)}
+
+
+def _floats(values: Any) -> list[float]:
+    return [float(x) for x in np.atleast_1d(np.asarray(values, np.float64))]

@@ -55,7 +55,8 @@ async def fetch_block(
     provenance = block.provenance()
 
     async def one(pos: int, item: Any) -> Any:
-        d, shard, sample = ref_at(provenance, pos)
+        ref = ref_at(provenance, pos)
+        d, shard, sample = ref[:3]
         ds = datasets[d]
         try:
             uri = step.uri(item, ds.root)
@@ -69,7 +70,7 @@ async def fetch_block(
             where = f"dataset {ds.name!r}, shard {ds.shards[shard].uri}, sample {sample}"
             if on_skip is None:
                 raise FormatError(f"{exc} ({where})") from None
-            on_skip((d, shard, sample), f"{step.__name__}: {exc}")
+            on_skip(ref, f"{step.__name__}: {exc}")
             return None
         return {**item, step.out: data}
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from typing import Any
 
+from zephon.context import PASS, item_passes
 from zephon.errors import FormatError, StateMismatch
 from zephon.ops.block import Block, Mark, Provenance, high_water, ref_at
 from zephon.ops.shuffle import REPLAYED, start_mark
@@ -17,8 +18,9 @@ __all__ = ["Chain", "apply_block", "run_apply", "run_batch"]
 
 
 def _describe(ref: Any) -> str:
-    if isinstance(ref, tuple) and len(ref) == 3:
-        return f"dataset #{ref[0]}, shard {ref[1]}, sample {ref[2]}"
+    if isinstance(ref, tuple) and len(ref) == 4:
+        where = f"dataset #{ref[0]}, shard {ref[1]}, sample {ref[2]}"
+        return f"{where} (pass {ref[3]})" if ref[3] else where
     return repr(ref)
 
 
@@ -64,7 +66,9 @@ def run_batch(
     out: list[Any] = []
     failed: list[tuple[int, str]] = []
     is_filter = kind == "filter"
+    passes = item_passes(refs, offset, len(items))
     for pos, item in enumerate(items, offset):
+        entered = None if passes is None else PASS.set(passes[pos - offset])
         try:
             value = fn(item)
         except Exception as exc:
@@ -76,6 +80,9 @@ def run_batch(
             where = _describe(ref_at(refs, pos))
             exc.add_note(f"zephon: {step_kind} {_name(step_fn)!r} failed on {where}")
             raise
+        finally:
+            if entered is not None:
+                PASS.reset(entered)
         out.append(bool(value) if is_filter else value)
     return out, failed
 
@@ -168,6 +175,7 @@ async def _await_each(
     results: list[Any] = []
     failed: list[tuple[int, str]] = []
     for item, ref in zip(block.items, block.refs, strict=True):
+        entered = PASS.set(ref[3]) if isinstance(ref, tuple) and len(ref) == 4 else None
         try:
             value = await fn(item)
         except Exception as exc:
@@ -177,6 +185,9 @@ async def _await_each(
                 continue
             exc.add_note(f"zephon: {kind} {_name(fn)!r} failed on {_describe(ref)}")
             raise
+        finally:
+            if entered is not None:
+                PASS.reset(entered)
         results.append(bool(value) if kind == "filter" else value)
     return results, failed
 

@@ -22,7 +22,7 @@ from zephon.engine.channel import Channel, closing
 from zephon.engine.runner import ordered, stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
 from zephon.ops.block import Block, ChunkRows, Mark, Residue
-from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed
+from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed, passes_column
 from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_group
 from zephon.pipeline.handover import residue_end, residue_resume
 from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
@@ -250,7 +250,7 @@ async def _assemble(
             if spec.deterministic:
                 held = assembler.held
                 assembler.add(r.cursor, r.slots, items, r.dataset, r.shard, r.samples,
-                              bool(failed), f.reserved)  # fmt: skip
+                              bool(failed), f.reserved, r.passes)  # fmt: skip
                 # What the assembler holds back waits for other reads of the chunk (its runs
                 # interleave): lent to the slow start while held, so those reads get in.
                 holding[0] = r.cursor if assembler.held else None
@@ -258,7 +258,7 @@ async def _assemble(
             else:
                 n = len(r.samples)
                 rows = ChunkRows(lane, r.cursor, np.full(n, r.dataset), np.full(n, r.shard),
-                                 r.samples, r.slots + 1)  # fmt: skip
+                                 r.samples, r.slots + 1, passes_column(r.passes))  # fmt: skip
                 emit(items, rows, bool(failed), f.reserved)
             await send_ready()
         budget.lend(-assembler.held)

@@ -1,5 +1,5 @@
 """The image steps of :class:`~zephon.pipeline.builder.Pipeline` (a mixin): decode_image,
-resize, center_crop, random_resized_crop, flip and to_chw, each a ``map`` of a picklable
+resize, center_crop, random_resized_crop, flip, to_chw and to_tensor, each a ``map`` of a picklable
 step from :mod:`zephon.ops.image`, so ``processes=`` and ``executor=`` apply as to any map.
 
 An image step given no placement runs where the image step before it runs, and adjacent
@@ -42,6 +42,15 @@ class ImageSteps:
         inflight, remote = placement(processes, executor, op, "image step")
         return self._with(Step("map", op, inflight, executor=remote))
 
+    def _field(self, field: str | None) -> str:
+        """``field``, else the field the latest image step wrote, else ``"jpg"``."""
+        if field is not None:
+            return field
+        for step in reversed(self.spec.steps):
+            if step.kind == "map" and type(step.fn).__module__ == image.__name__:
+                return str(getattr(step.fn, "out", step.fn.field))
+        return "jpg"
+
     def fetch_field(self, field: str, out: str | None = None, *, prefix: str | None = None,
                     inflight: int = 32, guess_bytes: int = 1 << 20) -> Self:  # fmt: skip
         """Read the object ``sample[field]`` names into ``sample[out or field]`` (bytes): a
@@ -72,37 +81,57 @@ class ImageSteps:
         op = image.DecodeImage(field, mode, backend, max_size, out)
         return self._image_step(op, processes, executor)
 
-    def resize(self, size: int | tuple[int, int], field: str = "jpg", *, backend: str = "auto",
-               processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
-        """Resize to ``(height, width)``, or the shorter side to ``size`` (bilinear; area
+    def resize(self, size: int | tuple[int, int], field: str | None = None, *,
+               backend: str = "auto", processes: int | None = None,
+               executor: Any = None) -> Self:  # fmt: skip
+        """Resize ``sample[field]`` (default: the field the image step before wrote, else
+        ``"jpg"``; so for every step below) to ``(height, width)``, or the shorter side to
+        ``size`` (bilinear; area
         averaging when OpenCV shrinks 2x or more). ``backend``: ``"opencv"`` (the default when
         installed), ``"pillow"``; their pixels differ slightly."""
-        return self._image_step(image.Resize(size, field, backend), processes, executor)
+        return self._image_step(
+            image.Resize(size, self._field(field), backend), processes, executor
+        )
 
-    def center_crop(self, size: int | tuple[int, int], field: str = "jpg", *,
+    def center_crop(self, size: int | tuple[int, int], field: str | None = None, *,
                     processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
         """The central ``size`` crop (zero-padded where the image is smaller)."""
-        return self._image_step(image.CenterCrop(size, field), processes, executor)
+        return self._image_step(image.CenterCrop(size, self._field(field)), processes, executor)
 
     def random_resized_crop(
-        self, size: int | tuple[int, int], field: str = "jpg", *,
+        self, size: int | tuple[int, int], field: str | None = None, *,
         scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
         seed: int = 0, backend: str = "auto", processes: int | None = None,
         executor: Any = None,
     ) -> Self:  # fmt: skip
         """A crop of random area and aspect ratio resized to ``size`` (as :meth:`resize`, by
         ``backend``), drawn from a generator keyed by the sample (``__key__``, ``id`` or
-        provenance) and ``seed``: identical in any process and after a restore."""
-        op = image.RandomResizedCrop(size, field, scale, ratio, seed, backend)
+        provenance), the pass it was drawn in (:func:`zephon.sample_pass`) and ``seed``:
+        identical in any process and after a restore, another in each pass."""
+        op = image.RandomResizedCrop(size, self._field(field), scale, ratio, seed, backend)
         return self._image_step(op, processes, executor)
 
-    def flip(self, field: str = "jpg", p: float = 0.5, *, seed: int = 0,
+    def flip(self, field: str | None = None, p: float = 0.5, *, seed: int = 0,
              processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
-        """A horizontal flip with probability ``p``, keyed by the sample and ``seed``."""
-        return self._image_step(image.Flip(field, p, seed), processes, executor)
+        """A horizontal flip with probability ``p``, keyed by the sample, its pass and
+        ``seed``."""
+        return self._image_step(image.Flip(self._field(field), p, seed), processes, executor)
 
-    def to_chw(self, field: str = "jpg", *, processes: int | None = None,
+    def to_chw(self, field: str | None = None, *, processes: int | None = None,
                executor: Any = None) -> Self:  # fmt: skip
         """``HxWxC`` -> ``CxHxW``, so ``batch()`` stacks ``NCHW`` (it stacks ``NHWC``
         without it); equal sizes are needed to stack: resize or crop first."""
-        return self._image_step(image.ToCHW(field), processes, executor)
+        return self._image_step(image.ToCHW(self._field(field)), processes, executor)
+
+    def to_tensor(
+        self, field: str | None = None, *, layout: str = "CHW", dtype: str = "uint8",
+        mean: Any = None, std: Any = None, processes: int | None = None,
+        executor: Any = None,
+    ) -> Self:  # fmt: skip
+        """The image as a model takes it: ``layout`` ``"CHW"`` (``batch()`` stacks ``NCHW``)
+        or ``"HWC"`` (``NHWC``); ``dtype`` ``"uint8"`` (a quarter of the bytes of float32:
+        normalise on the GPU), or ``"float32"``/``"float16"`` scaled to ``[0, 1]`` and, with
+        ``mean`` and ``std`` (per channel, on that scale), normalised. Batches stay numpy
+        arrays; ``to_torch()`` makes them tensors without a copy."""
+        op = image.ToTensor(self._field(field), layout, dtype, mean, std)
+        return self._image_step(op, processes, executor)

@@ -60,10 +60,10 @@ class Resources:
 
     def skipped(self, ref: Any, message: str) -> None:
         """Record a sample a step skipped under ``on_error="skip"`` (``ref``: its
-        ``(dataset, shard, sample)``, or the refs of a batch or packed sequence)."""
+        ``(dataset, shard, sample, pass)``, or the refs of a batch or packed sequence)."""
         while isinstance(ref, list) and ref:  # a batch or packed sequence: its first sample
             ref = ref[0]
-        if isinstance(ref, tuple) and len(ref) == 3 and self.datasets:
+        if isinstance(ref, tuple) and len(ref) == 4 and self.datasets:
             ds = self.datasets[ref[0]]
             self.ledger.add(ds.name, ds.shards[ref[1]].uri, int(ref[2]), message)
         else:

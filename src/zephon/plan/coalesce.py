@@ -20,7 +20,7 @@ from zephon.formats.index import FragmentIndex, RowGroupIndex, StreamIndex, Whol
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
-__all__ = ["PlannedReads", "coalesce_chunks"]
+__all__ = ["PlannedReads", "coalesce_chunks", "cut_requests"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -47,11 +47,13 @@ class PlannedReads:
         return len(self.dataset)
 
     def materialize(
-        self, manifests: Sequence[Manifest], cursor: Cursor, n: int
+        self, manifests: Sequence[Manifest], cursor: Cursor, n: int, passes: np.ndarray
     ) -> list[RangeRequest]:
+        """The reads as requests; ``passes``: the pass of each of the chunk's pointers."""
         d_o, sh_o, u_o = self.dataset.tolist(), self.shard.tolist(), self.unit.tolist()
         lo, hi = self.lo.tolist(), self.hi.tolist()
         samples, slots = self.samples, self.slots
+        in_passes = passes[slots]
         uris = [m.uris for m in manifests]
         versions = [m.versions for m in manifests]
         ranges: list[tuple[tuple[int, int], ...]] = [
@@ -66,7 +68,7 @@ class PlannedReads:
         new = tuple.__new__  # the named tuple's own __new__ is a Python function: skip it
         return [
             new(RangeRequest, (d, sh, uris[d][sh], versions[d][sh], rg, samples[a:b],
-                               slots[a:b], cursor, n))
+                               slots[a:b], cursor, n, in_passes[a:b]))
             for d, sh, rg, a, b in zip(d_o, sh_o, ranges, lo, hi, strict=True)
         ]  # fmt: skip
 
@@ -269,3 +271,19 @@ def _merge(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
         else:
             merged.append((start, stop))
     return tuple(merged)
+
+
+def cut_requests(requests: Sequence[RangeRequest], skip: int, stop: int) -> list[RangeRequest]:
+    """A chunk's reads of slots ``[skip, stop)`` only, still in the order of their first
+    slot (cutting a read's head may move it behind another's)."""
+    out = []
+    for request in requests:
+        if request.slots[0] < skip or request.slots[-1] >= stop:
+            kept = (request.slots >= skip) & (request.slots < stop)
+            if not kept.any():
+                continue
+            passes = None if request.passes is None else request.passes[kept]
+            request = request._replace(samples=request.samples[kept], slots=request.slots[kept],
+                                       passes=passes)  # fmt: skip
+        out.append(request)
+    return sorted(out, key=lambda r: int(r.slots[0])) if skip else out

@@ -34,8 +34,8 @@ class WorkChunk:
     :class:`RangeRequest` objects.
     """
 
-    __slots__ = ("_manifests", "_requests", "cursor", "datasets", "next_cursor", "reads",
-                 "samples", "shards")  # fmt: skip
+    __slots__ = ("_manifests", "_requests", "cursor", "datasets", "next_cursor", "passes",
+                 "reads", "samples", "shards")  # fmt: skip
 
     def __init__(
         self,
@@ -46,11 +46,13 @@ class WorkChunk:
         reads: PlannedReads,
         next_cursor: Cursor,
         manifests: Sequence[Manifest],
+        passes: np.ndarray,
     ) -> None:
         self.cursor = cursor
         self.datasets = datasets
         self.shards = shards
         self.samples = samples
+        self.passes = passes  # per pointer, the pass of its dataset it was drawn in
         self.reads = reads
         self.next_cursor = next_cursor
         self._manifests = manifests
@@ -62,7 +64,8 @@ class WorkChunk:
     @property
     def requests(self) -> list[RangeRequest]:
         if self._requests is None:
-            self._requests = self.reads.materialize(self._manifests, self.cursor, len(self))
+            self._requests = self.reads.materialize(self._manifests, self.cursor, len(self),
+                                                    self.passes)  # fmt: skip
         return self._requests
 
 
@@ -114,13 +117,16 @@ class LanePlanner:
         taken = np.bincount(picks, minlength=k)
         drawn = np.flatnonzero(taken).tolist()
         if len(drawn) == 1:  # one dataset (or one's turn): its pointers, no masks
-            shards, samples = self._locate(drawn[0], int(counts[drawn[0]]), total)
+            shards, samples, passes = self._locate(drawn[0], int(counts[drawn[0]]), total)
         else:
             shards = np.empty(total, np.int64)
             samples = np.empty(total, np.int64)
+            passes = np.empty(total, np.int64)
             for d in drawn:
                 where = picks == d
-                shards[where], samples[where] = self._locate(d, int(counts[d]), int(taken[d]))
+                shards[where], samples[where], passes[where] = self._locate(
+                    d, int(counts[d]), int(taken[d])
+                )
         reads = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
                                 src.max_request_bytes, n, self.window_bytes)  # fmt: skip
         chunks = len(reads)
@@ -136,7 +142,7 @@ class LanePlanner:
             a, b = j * n, min(total, (j + 1) * n)
             nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + b - a, tuple(after[j]))
             out.append(WorkChunk(cursor, picks[a:b], shards[a:b], samples[a:b], reads[j], nxt,
-                                 src.manifests))  # fmt: skip
+                                 src.manifests, passes[a:b]))  # fmt: skip
             cursor = nxt
         return out
 
@@ -151,19 +157,21 @@ class LanePlanner:
         want = [n if r is None else min(n, r) for r in (room or [None] * k)]
         ratios = src._ratios()
         located = [self._locate(d, int(counts[d]), want[d]) for d in range(k)]
-        upcoming = [src.manifests[d].sample_nbytes(*located[d]) * ratios[d] for d in range(k)]
+        upcoming = [src.manifests[d].sample_nbytes(*located[d][:2]) * ratios[d] for d in range(k)]
         picks, _ = src.token_schedule.picks(cursor.tokens, upcoming, n, room)
         if len(picks) == 0:
             return None
         taken = np.bincount(picks, minlength=k)
         shards = np.empty(len(picks), np.int64)
         samples = np.empty(len(picks), np.int64)
+        passes = np.empty(len(picks), np.int64)
         tokens_after = list(cursor.tokens)
         for d in range(k):
             got = int(taken[d])
             if got:
                 shards[picks == d] = located[d][0][:got]
                 samples[picks == d] = located[d][1][:got]
+                passes[picks == d] = located[d][2][:got]
                 nbytes = src.manifests[d].sample_nbytes(located[d][0][:got], located[d][1][:got])
                 tokens_after[d] += float(nbytes.sum()) * ratios[d]
         nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + len(picks),
@@ -171,19 +179,21 @@ class LanePlanner:
         (reads,) = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
                                    src.max_request_bytes, len(picks),
                                    self.window_bytes)  # fmt: skip
-        return WorkChunk(cursor, picks, shards, samples, reads, nxt, src.manifests)
+        return WorkChunk(cursor, picks, shards, samples, reads, nxt, src.manifests, passes)
 
-    def _locate(self, d: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(shards, samples)`` of the lane's draws ``first .. first + n`` of dataset ``d``."""
+    def _locate(self, d: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(shards, samples, passes)`` of the lane's draws ``first .. first + n`` of
+        dataset ``d``."""
         src = self.source
         passes, ranks = self.splits[d].ranks(self.lane, first + np.arange(n, dtype=np.int64))
         order = src.orders[d]
         if n == 0 or (passes[0] == passes[-1] and (passes == passes[0]).all()):
-            return order.locate(src.exhaustion.pass_key(d, int(passes[0]) if n else 0), ranks)
+            key = src.exhaustion.pass_key(d, int(passes[0]) if n else 0)
+            return (*order.locate(key, ranks), passes)
         shards = np.empty(n, np.int64)
         samples = np.empty(n, np.int64)
         for p in distinct(passes):
             mask = passes == p
             shards[mask], samples[mask] = order.locate(src.exhaustion.pass_key(d, int(p)),
                                                        ranks[mask])  # fmt: skip
-        return shards, samples
+        return shards, samples, passes

@@ -12,6 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from zephon.errors import ConfigError, StateMismatch
+from zephon.plan.coalesce import cut_requests
 from zephon.plan.exhaustion import Exhaustion
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
@@ -370,27 +371,13 @@ class StaticMixtureWorkSource:
             stop = end - chunk.cursor.position
             requests = chunk.requests
             if skip or stop < len(chunk):
-                requests = _cut(requests, skip, stop)
+                requests = cut_requests(requests, skip, stop)
             for request in requests:
                 yield request
             skip = 0
             if time.perf_counter() - since >= _PLAN_SLICE_S:
                 await asyncio.sleep(0)
                 since = time.perf_counter()
-
-
-def _cut(requests: Sequence[RangeRequest], skip: int, stop: int) -> list[RangeRequest]:
-    """A chunk's reads of slots ``[skip, stop)`` only, still in the order of their first
-    slot (cutting a read's head may move it behind another's)."""
-    out = []
-    for request in requests:
-        if request.slots[0] < skip or request.slots[-1] >= stop:
-            kept = (request.slots >= skip) & (request.slots < stop)
-            if not kept.any():
-                continue
-            request = request._replace(samples=request.samples[kept], slots=request.slots[kept])
-        out.append(request)
-    return sorted(out, key=lambda r: int(r.slots[0])) if skip else out
 
 
 def _check_arguments(
