@@ -25,14 +25,17 @@ def sample_pass() -> int:
     return PASS.get()
 
 
-def item_passes(refs: Any, offset: int, n: int) -> list[int] | None:
+def item_passes(refs: Any, offset: int, n: int) -> int | list[int]:
     """The passes of items ``offset .. offset + n`` of a block whose provenance is
-    ``refs`` (columns or a list of refs), or ``None`` if all are in pass 0."""
+    ``refs`` (columns or a list of refs): one int when they share it (the usual case: a
+    chunk draws from one pass), else one per item."""
     passes = getattr(refs, "passes", None)
     if passes is not None:
         part = passes[offset : offset + n]  # an int64 column
-        return list(part.tolist()) if part.any() else None
+        if not len(part) or part.min() == part.max():
+            return int(part[0]) if len(part) else 0
+        return list(part.tolist())
     if not isinstance(refs, list):
-        return None
+        return 0
     out = [r[3] if isinstance(r, tuple) and len(r) == 4 else 0 for r in refs[offset : offset + n]]
-    return out if any(out) else None
+    return out[0] if out and out.count(out[0]) == len(out) else out

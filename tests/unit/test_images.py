@@ -150,8 +150,12 @@ def test_corrupt_images_are_skipped_and_counted_when_asked(tmp_path: Path) -> No
             tar.addfile(info, io.BytesIO(data))
     ds = Dataset.from_path("imgs", str(root), format="webdataset")
     ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
-    with pytest.raises(FormatError, match="corrupt image in field 'jpg'"):
-        list(Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2))
+    for processes in (0, 2):  # the message names the dataset, the shard and the sample
+        with pytest.raises(FormatError, match="corrupt image in field 'jpg'") as info:
+            list(Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=processes))
+        assert str(root / "shard-0.tar") in str(info.value)
+        assert "dataset 'imgs'" in str(info.value) and "sample 12]" in str(info.value)
+        assert (info.value.dataset, info.value.sample) == ("imgs", 12)
     pipe = (Pipeline(ws, rank=0, world_size=1, on_error="skip")
             .decode_image("jpg", processes=2).center_crop(32))  # fmt: skip
     keys = sorted(s["__key__"] for s in pipe)
@@ -278,3 +282,18 @@ def test_to_tensor_batches_are_normalised_nchw_identically_in_workers(tmp_path: 
     lowest, highest = min(b.min() for b in here), max(b.max() for b in here)
     assert -2.0 <= lowest < highest <= 2.0  # (x / 255 - 0.5) / 0.25
     assert all(np.array_equal(a, b) for a, b in zip(here, run(2), strict=True))
+
+
+def test_an_image_declaring_too_many_pixels_is_refused_before_it_is_allocated() -> None:
+    data = bytearray(encode(picture(6, 16, 16), "JPEG"))
+    sof = data.index(b"\xff\xc0")  # baseline frame header: height, width at +5, +7
+    data[sof + 5 : sof + 9] = (30000).to_bytes(2, "big") * 2
+    for backend in ("simplejpeg", "pillow"):
+        with pytest.raises(FormatError, match=r"pixels|exceeds limit") as info:
+            DecodeImage("jpg", backend=backend)({"jpg": bytes(data)})
+        assert "'jpg'" in str(info.value)
+    png = encode(picture(6, 100, 100), "PNG")
+    with pytest.raises(FormatError, match="100 x 100 = 10,000 pixels is over max_pixels=5,000"):
+        DecodeImage("img", max_pixels=5000)({"img": png})
+    assert DecodeImage("img", max_pixels=None)({"img": png})["img"].shape == (100, 100, 3)
+    assert "max_pixels" not in DecodeImage("img").__name__  # the default keeps old names

@@ -55,7 +55,23 @@ def _image_bytes(value: Any, field: str) -> bytes:
     raise FormatError(f"field {field!r} holds {type(value).__name__}, not image bytes")
 
 
-def _decode(data: bytes, mode: str, backend: str, max_size: int | None) -> np.ndarray:
+# Pillow's own warning threshold (``PIL.Image.MAX_IMAGE_PIXELS``): ~9,500 px square
+MAX_PIXELS = 89_478_485
+
+
+def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
+    """Refuse an image whose header declares more than ``max_pixels`` before a decoder
+    allocates it (a damaged header, or a decompression bomb: a few KB declaring 30,000 x
+    30,000 pixels had libjpeg-turbo allocate 2.7 GB and work for 8 s)."""
+    if max_pixels is not None and width * height > max_pixels:
+        raise FormatError(f"image of {width} x {height} = {width * height:,} pixels is over "
+                          f"max_pixels={max_pixels:,} (a damaged header or a decompression "
+                          "bomb; if the image is real, raise max_pixels)")  # fmt: skip
+
+
+def _decode(
+    data: bytes, mode: str, backend: str, max_size: int | None, max_pixels: int | None
+) -> np.ndarray:
     if data[:3] == _JPEG and backend in ("auto", "simplejpeg") and mode in ("RGB", "L"):
         try:
             import simplejpeg
@@ -63,6 +79,8 @@ def _decode(data: bytes, mode: str, backend: str, max_size: int | None) -> np.nd
             if backend == "simplejpeg":
                 raise ConfigError("backend='simplejpeg' needs: pip install simplejpeg") from None
         else:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            _check_pixels(width, height, max_pixels)
             kw = {"min_height": max_size, "min_width": max_size} if max_size else {}
             colorspace = "RGB" if mode == "RGB" else "GRAY"
             out: np.ndarray = simplejpeg.decode_jpeg(data, colorspace=colorspace, fastdct=False,
@@ -73,6 +91,7 @@ def _decode(data: bytes, mode: str, backend: str, max_size: int | None) -> np.nd
     except ImportError:
         raise ConfigError("decoding this image needs Pillow: pip install zephon[images]") from None
     with Image.open(io.BytesIO(data)) as img:
+        _check_pixels(*img.size, max_pixels)
         if max_size and img.format == "JPEG":
             img.draft(mode, (max_size, max_size))  # DCT scaling, never below max_size
         return np.asarray(img.convert(mode))
@@ -98,15 +117,18 @@ class DecodeImage:
     """``sample[field]`` (encoded bytes) -> a uint8 array in ``sample[out or field]``."""
 
     def __init__(self, field: str, mode: str = "RGB", backend: str = "auto",
-                 max_size: int | None = None, out: str | None = None) -> None:  # fmt: skip
+                 max_size: int | None = None, out: str | None = None,
+                 max_pixels: int | None = MAX_PIXELS) -> None:  # fmt: skip
         if backend not in ("auto", "simplejpeg", "pillow"):
             raise ConfigError(f"backend must be 'auto', 'simplejpeg' or 'pillow', got {backend!r}")
         if mode not in ("RGB", "L", "RGBA"):
             raise ConfigError(f"mode must be 'RGB', 'L' or 'RGBA', got {mode!r}")
         self.field, self.mode, self.backend, self.max_size = field, mode, backend, max_size
+        self.max_pixels = max_pixels
         self.out = out or field
+        limit = "" if max_pixels == MAX_PIXELS else f", max_pixels={max_pixels}"
         self.__name__ = (f"decode_image(field={field!r}, mode={mode!r}, "
-                         f"max_size={max_size}, out={self.out!r})")  # fmt: skip
+                         f"max_size={max_size}, out={self.out!r}{limit})")  # fmt: skip
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         if self.field not in sample:
@@ -116,9 +138,11 @@ class DecodeImage:
             return {**sample, self.out: _to_mode(value, self.mode)}
         data = _image_bytes(value, self.field)
         try:
-            image = _decode(data, self.mode, self.backend, self.max_size)
-        except (ConfigError, FormatError):
+            image = _decode(data, self.mode, self.backend, self.max_size, self.max_pixels)
+        except ConfigError:
             raise
+        except FormatError as exc:
+            raise FormatError(f"field {self.field!r}: {exc}") from None
         except Exception as exc:  # each decoder has its own errors for a corrupt image
             raise FormatError(f"corrupt image in field {self.field!r} "
                               f"({type(exc).__name__}: {exc})") from None  # fmt: skip

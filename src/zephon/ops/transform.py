@@ -63,12 +63,26 @@ def run_batch(
     :class:`~zephon.errors.FormatError` (bad input, e.g. a corrupt image) drops its sample
     instead and comes back as ``(position, message)``. ``items`` may be a piece of the block
     that starts at ``offset`` (``refs`` are the whole block's)."""
+    passes = item_passes(refs, offset, len(items))
+    block_pass = PASS.set(passes) if isinstance(passes, int) and passes else None
+    try:
+        return _run_items(kind, fn, items, refs, skip, offset, passes)
+    finally:
+        if block_pass is not None:
+            PASS.reset(block_pass)
+
+
+def _run_items(
+    kind: str, fn: Callable[[Any], Any], items: list[Any], refs: Provenance, skip: bool,
+    offset: int, passes: int | list[int],
+) -> tuple[list[Any], list[tuple[int, str]]]:  # fmt: skip
+    """:func:`run_batch`'s loop; ``passes``: the items' passes, one per item or shared."""
     out: list[Any] = []
     failed: list[tuple[int, str]] = []
     is_filter = kind == "filter"
-    passes = item_passes(refs, offset, len(items))
+    per_item = isinstance(passes, list)
     for pos, item in enumerate(items, offset):
-        entered = None if passes is None else PASS.set(passes[pos - offset])
+        entered = PASS.set(passes[pos - offset]) if per_item else None  # type: ignore[index]
         try:
             value = fn(item)
         except Exception as exc:
@@ -77,8 +91,10 @@ def run_batch(
                 failed.append((pos - offset, f"{step_kind} {_name(step_fn)!r}: {exc}"))
                 out.append(False if is_filter else None)
                 continue
-            where = _describe(ref_at(refs, pos))
-            exc.add_note(f"zephon: {step_kind} {_name(step_fn)!r} failed on {where}")
+            ref = ref_at(refs, pos)
+            exc.add_note(f"zephon: {step_kind} {_name(step_fn)!r} failed on {_describe(ref)}")
+            if isinstance(exc, FormatError):  # bad input: the pipeline names where it is
+                exc.zephon_ref = ref  # type: ignore[attr-defined]
             raise
         finally:
             if entered is not None:
@@ -184,6 +200,8 @@ async def _await_each(
                 results.append(False if kind == "filter" else None)
                 continue
             exc.add_note(f"zephon: {kind} {_name(fn)!r} failed on {_describe(ref)}")
+            if isinstance(exc, FormatError):
+                exc.zephon_ref = ref  # type: ignore[attr-defined]
             raise
         finally:
             if entered is not None:

@@ -69,16 +69,18 @@ class ImageSteps:
     def decode_image(
         self, field: str = "jpg", mode: str = "RGB", *, backend: str = "auto",
         max_size: int | None = None, out: str | None = None, processes: int | None = None,
-        executor: Any = None,
+        executor: Any = None, max_pixels: int | None = image.MAX_PIXELS,
     ) -> Self:  # fmt: skip
         """Decode ``sample[field]`` (bytes, the HF ``{"bytes", "path"}`` layout, or base64
         text) into a uint8 ``HxWxC`` array (``HxW`` for ``mode="L"``) in ``sample[out or
         field]``. JPEG goes through libjpeg-turbo (``simplejpeg``) when installed, other
         formats through Pillow (``backend="pillow"`` forces it). ``max_size``: the image may
         be decoded at 1/2, 1/4 or 1/8 scale while both sides stay at least this large (JPEG
-        draft mode: much less work when the target is small). A corrupt image raises
-        ``FormatError`` naming the sample."""
-        op = image.DecodeImage(field, mode, backend, max_size, out)
+        draft mode: much less work when the target is small). A corrupt image, or one whose
+        header declares more than ``max_pixels`` (default ~89 million, Pillow's own bound;
+        ``None``: no limit), raises ``FormatError`` naming the sample, before any pixel
+        buffer is allocated."""
+        op = image.DecodeImage(field, mode, backend, max_size, out, max_pixels)
         return self._image_step(op, processes, executor)
 
     def resize(self, size: int | tuple[int, int], field: str | None = None, *,

@@ -14,6 +14,7 @@ from zephon.engine.pool import WorkerPool
 from zephon.engine.raypool import RayPool
 from zephon.engine.runner import timed_receive
 from zephon.engine.stats import StageStats
+from zephon.errors import FormatError
 from zephon.ops.block import Block
 from zephon.ops.decode import SkipLedger
 from zephon.ops.fetch import RangeCache
@@ -57,6 +58,22 @@ class Resources:
         """The run's helper thread for in-process steps (made on first use)."""
         self.encoder = self.encoder or ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
         return self.encoder
+
+    def name_sample(self, exc: FormatError) -> None:
+        """Put the dataset's name, the shard's URI and the sample's index in the message of
+        bad input a step raised (it knew the sample only as indices: ``zephon_ref``)."""
+        ref = getattr(exc, "zephon_ref", None)
+        while isinstance(ref, list) and ref:  # a batch or packed sequence: its first sample
+            ref = ref[0]
+        if exc.dataset is not None or not (isinstance(ref, tuple) and len(ref) == 4):
+            return
+        if not self.datasets:  # a run without a work source's datasets (tests)
+            return
+        ds = self.datasets[ref[0]]
+        named = FormatError(exc.message, dataset=ds.name, uri=ds.shards[ref[1]].uri,
+                            sample=int(ref[2]))  # fmt: skip
+        exc.dataset, exc.uri, exc.sample = named.dataset, named.uri, named.sample
+        exc.args = named.args
 
     def skipped(self, ref: Any, message: str) -> None:
         """Record a sample a step skipped under ``on_error="skip"`` (``ref``: its

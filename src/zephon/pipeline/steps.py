@@ -16,6 +16,7 @@ import numpy as np
 from zephon.engine.channel import Channel, closing
 from zephon.engine.runner import ordered, stage, timed_send
 from zephon.engine.stats import StageStats
+from zephon.errors import FormatError
 from zephon.ops.batch import batch_blocks
 from zephon.ops.block import Block, Mark
 from zephon.ops.group import per_dataset_batches
@@ -210,7 +211,11 @@ async def _pooled(
                 yield piece
 
     async def one(block: Block) -> Block:
-        return await apply_block(step.kind, step.fn, block, pool, name, on_skip=on_skip)
+        try:
+            return await apply_block(step.kind, step.fn, block, pool, name, on_skip=on_skip)
+        except FormatError as exc:
+            res.name_sample(exc)
+            raise
 
     await ordered(tg, pieces(), one, out, max(step.processes, 2 * workers), stats,
                   deterministic=spec.deterministic, size=len)  # fmt: skip
@@ -241,8 +246,12 @@ async def _in_process(
     on_skip = res.skipped if spec.on_error == "skip" else None
     with closing(out):
         async for block in first_pieces(counted(source, stats), FIRST_PIECE):
-            result = await apply_block(step.kind, step.fn, block, None, name, executor,
-                                       on_skip)  # fmt: skip
+            try:
+                result = await apply_block(step.kind, step.fn, block, None, name, executor,
+                                           on_skip)  # fmt: skip
+            except FormatError as exc:
+                res.name_sample(exc)
+                raise
             stats.items_out += len(result.items)
             await timed_send(out, result, stats)
 
