@@ -9,7 +9,7 @@ against a bare loop.
    latency proxy (+30 ms): Zephon (decode_image + random_resized_crop(224) + flip + to_chw +
    batch(256), ``processes=2``) against a bare loop doing the same decode and crop on the
    same bytes held in memory by a pool of 2 processes. Images/s over one epoch, first batch,
-   bytes fetched.
+   bytes fetched, and the CPU time of Zephon's own process (user and system).
 3. ``--peers``: ``--images`` such JPEGs (default 20,000) with labels, written by each system's own
    writer (WebDataset ``TarWriter``, ``litdata.optimize``, ``MDSWriter``), on one moto server at
    +30 ms; decode -> random-resized-crop 224 -> flip -> batches of 256 with 2 worker processes
@@ -29,6 +29,7 @@ import asyncio
 import io
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -98,6 +99,7 @@ def pipeline_vs_bare(n: int) -> None:
             os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": endpoint.key,
                                "AWS_SECRET_ACCESS_KEY": endpoint.secret,
                                "AWS_DEFAULT_REGION": "us-east-1"})  # fmt: skip
+            before = resource.getrusage(resource.RUSAGE_SELF)
             t = time.perf_counter()
             ds = Dataset.from_path("imgs", "s3://img/wds/", index_cache=False)
             ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
@@ -108,6 +110,7 @@ def pipeline_vs_bare(n: int) -> None:
                 first = first if first is not None else time.perf_counter() - t
                 images += len(batch["jpg"])
             wall = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_SELF)
             fetched = proxy.served()["bytes"]
         finally:
             proxy.stop()
@@ -118,6 +121,10 @@ def pipeline_vs_bare(n: int) -> None:
     print(f"Zephon (processes=2, batch 256):          {rate:,.0f} images/s "
           f"({rate / bare:.2f}x the bare loop; target >= 0.9x), first batch {first:.2f} s, "
           f"{fetched / 1e6:.0f} MB fetched ({fetched / size:.2f}x the data)")  # fmt: skip
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    print(f"Zephon's main process: {user:.2f} s user + {system:.2f} s system CPU over "
+          f"{wall:.2f} s ({(user + system) / wall:.0%} of a core; the workers, moto and the "
+          "proxy share the rest of the machine)")  # fmt: skip
 
 
 def jpegs(n: int) -> list[bytes]:

@@ -46,6 +46,10 @@ def test_jpeg_decodes_by_either_backend_to_the_same_pixels(backend: str) -> None
     assert np.abs(got.astype(int) - img.astype(int)).mean() < 4.0  # lossy, but the picture
     small = DecodeImage("jpg", backend=backend, max_size=50)({"jpg": data})["jpg"]
     assert small.shape == (60, 80, 3)  # decoded at 1/2 scale: both sides stay >= 50
+    # only 1/2, 1/4, 1/8 (libjpeg-turbo's fast scales), never 7/8 or 3/4: full size here
+    for size, want in ((100, (120, 160, 3)), (30, (30, 40, 3)), (14, (15, 20, 3))):
+        got = DecodeImage("jpg", backend=backend, max_size=size)({"jpg": data})["jpg"]
+        assert got.shape == want
 
 
 def test_png_webp_base64_and_the_hf_layout() -> None:
