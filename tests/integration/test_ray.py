@@ -145,3 +145,30 @@ def test_placement_errors_are_config_errors(data: list[Dataset]) -> None:
     assert "secret" not in repr(Ray(address="ray://user:secret@head:10001"))
     placed = pipe.map(fns.double, executor=Ray(3)).explain()
     assert "Ray(num_actors=3" in placed and "6 blocks in flight per lane" in placed
+
+
+def test_image_steps_on_actors_match_in_process_in_every_pass(address: str) -> None:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    def png(i: int) -> str:
+        buf = io.BytesIO()
+        pixels = np.random.default_rng(i).integers(0, 255, (30 + i, 40, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(buf, format="PNG")
+        return base64.b64encode(buf.getvalue()).decode()
+
+    images = Dataset.from_records("img", [{"id": i, "png": png(i)} for i in range(24)],
+                                  samples_per_shard=8)  # fmt: skip
+
+    def run(**place: Any) -> list[Any]:
+        ws = StaticMixtureWorkSource([images], seed=1, stop_after_passes=2)
+        pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("png", **place)
+                .random_resized_crop(16).flip().map(fns.with_pass, **place).batch(8))  # fmt: skip
+        return [(b["id"].tolist(), b["pass"].tolist(), b["png"].tobytes()) for b in pipe]
+
+    want = run()
+    assert {p for _, passes, _ in want for p in passes} == {0, 1}
+    assert run(executor=Ray(num_actors=2, address=address)) == want
