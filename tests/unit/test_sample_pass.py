@@ -87,9 +87,9 @@ def _jsonl(root: Path, name: str, n: int) -> Dataset:
     return Dataset.from_path(name, str(root))
 
 
-@pytest.mark.parametrize("lanes", [2, 6])
+@pytest.mark.parametrize(("lanes", "deterministic"), [(2, True), (6, True), (2, False)])
 def test_a_repeated_dataset_counts_its_passes_and_each_pass_has_every_sample_once(
-    tmp_path: Path, lanes: int
+    tmp_path: Path, lanes: int, deterministic: bool
 ) -> None:
     big, small = _jsonl(tmp_path / "big", "b", 60), _jsonl(tmp_path / "small", "s", 7)
     ws = StaticMixtureWorkSource([big, small], {"b": 0.5, "s": 0.5}, seed=1,
@@ -97,7 +97,8 @@ def test_a_repeated_dataset_counts_its_passes_and_each_pass_has_every_sample_onc
                                  chunk_size=4)  # fmt: skip
     seen = []
     for rank in range(2):  # the two ranks of a run together
-        pipe = Pipeline(ws, rank=rank, world_size=2, lanes=lanes).map(with_pass)
+        pipe = Pipeline(ws, rank=rank, world_size=2, lanes=lanes,
+                        deterministic=deterministic).map(with_pass)  # fmt: skip
         seen += [(x["id"], x["pass"]) for x in pipe]
     counts = Counter(seen)
     assert set(counts.values()) == {1}  # no sample twice in one pass
