@@ -130,3 +130,16 @@ def test_the_pass_survives_a_restore_on_another_world_and_lane_count(
         pipe.restore(state)
         seen += [(x["id"], x["pass"]) for x in pipe]
     assert Counter(seen) == Counter((f"x{i}", p) for i in range(23) for p in range(3))
+
+
+def test_an_async_map_and_a_filter_see_the_pass_too(tmp_path: Path) -> None:
+    ds = _jsonl(tmp_path / "d", "x", 9)
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=3, chunk_size=4)
+
+    async def tag(sample: dict[str, Any]) -> dict[str, Any]:
+        return {**sample, "pass": zephon.sample_pass()}
+
+    pipe = (Pipeline(ws, rank=0, world_size=1).map(tag)
+            .filter(lambda x: x["pass"] == zephon.sample_pass()))  # fmt: skip
+    got = Counter((x["id"], x["pass"]) for x in pipe)
+    assert got == Counter((f"x{i}", p) for i in range(9) for p in range(3))
