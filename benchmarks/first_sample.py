@@ -7,8 +7,12 @@ a first, unreported run fills). Each run is a fresh Python process that imports 
 (timed apart), then measures ``Dataset.from_path``,
 the first sample of a one-lane pipeline and the whole epoch. With ``--trace`` the first
 run also prints its timeline: storage client creation, each ranged GET, each decode.
+``--torch`` imports torch first, as a training process has; ``--freeze`` calls
+``gc.freeze()`` after the imports (a million long-lived objects no longer traversed by the
+garbage collector's full passes).
 
     .venv/bin/python benchmarks/first_sample.py [--runs 7] [--trace] [--index-cache]
+        [--torch] [--freeze]
 """
 
 from __future__ import annotations
@@ -30,9 +34,14 @@ from zephon.testing import MotoServer, ProxyProcess
 CHILD = r"""
 import functools, json, sys, time
 began = time.perf_counter()
+if "--torch" in sys.argv:
+    import torch.utils.data  # a trainer's process: a million more long-lived objects
 import zephon, zephon.storage.s3
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 imported = time.perf_counter() - began
+if "--freeze" in sys.argv:
+    import gc
+    gc.freeze()  # what is alive after the imports is never traversed by the collector
 events, done = [], False
 if "--trace" in sys.argv:
     import zephon.formats.jsonl as jsonl, zephon.storage.s3 as s3
@@ -76,6 +85,8 @@ def main() -> None:
         action="store_true",
         help="no persistent index: a listing and the warm local index cache",
     )
+    parser.add_argument("--torch", action="store_true", help="import torch first, as a trainer")
+    parser.add_argument("--freeze", action="store_true", help="gc.freeze() after the imports")
     args = parser.parse_args()
     server = MotoServer()
     endpoint = server.start()
@@ -100,12 +111,14 @@ def main() -> None:
         runs = []
         for _ in range(args.runs + args.index_cache):  # with the cache: a first run fills it
             extra = ["--trace"] if args.trace and len(runs) == args.index_cache else []
+            extra += ["--torch"] * args.torch + ["--freeze"] * args.freeze
             out = subprocess.run([sys.executable, "-c", CHILD, f"s3://{BUCKET}/{prefix}/",
                                   *extra], env=env, capture_output=True, text=True,
                                  check=True)  # fmt: skip
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         runs = runs[args.index_cache :]
         how = "warm local index cache" if args.index_cache else "persistent index"
+        how += ", torch imported" * args.torch + ", gc.freeze()" * args.freeze
         print(f"# 64,000 JSONL documents (16 shards, {how}) at +30 ms; "
               f"{args.runs} fresh processes, medians")  # fmt: skip
         for key in ("import", "from_path", "first", "epoch"):

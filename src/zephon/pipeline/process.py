@@ -21,6 +21,7 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import gc
 import multiprocessing as mp
 import pickle
 import sys
@@ -152,6 +153,11 @@ def _child(blob: bytes, data: Connection, control: Connection, progress: bool) -
     # 5 ms slice of a step (measured: 35 -> 44 batches/s for a GIL-holding trainer).
     sys.setswitchinterval(0.0005)
     pipe = pickle.loads(blob)
+    # This process is ours and holds nothing but the pipeline: what is alive once it is
+    # unpickled (modules, the user's steps, a tokenizer) lives as long as the process, so
+    # the collector's full passes need not walk it again (a process that imports torch
+    # spends ~0.1 s in each such pass; benchmarks/first_sample.py --torch [--freeze]).
+    gc.freeze()
     # Here it runs in-loop; the parent turns items into tensors (``convert``) itself.
     pipe.spec = dataclasses.replace(pipe.spec, engine="thread", convert=None)
     with asyncio.Runner(loop_factory=new_loop) as runner:
