@@ -109,16 +109,22 @@ def test_a_repeated_dataset_counts_its_passes_and_each_pass_has_every_sample_onc
     assert zephon.sample_pass() == 0  # outside a step
 
 
+@pytest.mark.parametrize("shuffle", [0, 8])  # with a shuffle, relaning hands over residues
 @pytest.mark.parametrize(("before", "after"), [((2, 4), (1, 3)), ((1, 2), (3, 6))])
 def test_the_pass_survives_a_restore_on_another_world_and_lane_count(
-    tmp_path: Path, before: tuple[int, int], after: tuple[int, int]
+    tmp_path: Path, before: tuple[int, int], after: tuple[int, int], shuffle: int
 ) -> None:
     ds = _jsonl(tmp_path / "d", "x", 23)
     ws = StaticMixtureWorkSource([ds], seed=4, stop_after_passes=3, chunk_size=3)
+
+    def build(rank: int, world: int, lanes: int) -> Pipeline:
+        pipe = Pipeline(ws, rank=rank, world_size=world, lanes=lanes)
+        return (pipe.shuffle(shuffle, seed=1) if shuffle else pipe).map(with_pass)
+
     seen, states = [], []
     world, lanes = before
     for rank in range(world):
-        pipe = Pipeline(ws, rank=rank, world_size=world, lanes=lanes).map(with_pass)
+        pipe = build(rank, world, lanes)
         it = iter(pipe)
         seen += [(x["id"], x["pass"]) for _, x in zip(range(40 // world), it, strict=False)]
         states.append(pipe.checkpoint())
@@ -126,7 +132,7 @@ def test_the_pass_survives_a_restore_on_another_world_and_lane_count(
     state = Pipeline.merge_checkpoints(states)
     world, lanes = after
     for rank in range(world):
-        pipe = Pipeline(ws, rank=rank, world_size=world, lanes=lanes).map(with_pass)
+        pipe = build(rank, world, lanes)
         pipe.restore(state)
         seen += [(x["id"], x["pass"]) for x in pipe]
     assert Counter(seen) == Counter((f"x{i}", p) for i in range(23) for p in range(3))
