@@ -46,13 +46,14 @@ class WorkChunk:
         reads: PlannedReads,
         next_cursor: Cursor,
         manifests: Sequence[Manifest],
-        passes: np.ndarray,
+        passes: np.ndarray | None = None,
     ) -> None:
         self.cursor = cursor
         self.datasets = datasets
         self.shards = shards
         self.samples = samples
-        self.passes = passes  # per pointer, the pass of its dataset it was drawn in
+        # per pointer, the pass of its dataset it was drawn in
+        self.passes = np.zeros(len(datasets), np.int64) if passes is None else passes
         self.reads = reads
         self.next_cursor = next_cursor
         self._manifests = manifests
