@@ -242,7 +242,8 @@ def test_a_crop_of_the_target_size_is_an_array_of_its_own() -> None:
 
 
 def test_to_tensor_lays_out_scales_and_normalises_without_a_python_loop() -> None:
-    from zephon.ops.image import ToCHW, ToTensor
+    from zephon.ops.image import ToCHW
+    from zephon.ops.tensor import ToTensor
 
     img = picture(5, 6, 8)
     chw = ToTensor("jpg")({"jpg": img})["jpg"]
@@ -268,6 +269,9 @@ def test_to_tensor_lays_out_scales_and_normalises_without_a_python_loop() -> Non
     for bad in bads:
         with pytest.raises(ConfigError):
             ToTensor("jpg", **bad)  # type: ignore[arg-type]
+    for dtype in (np.float32, "float32", np.dtype("float32")):  # torch.float32 too
+        same = ToTensor("jpg", layout="nchw", dtype=dtype, mean=mean, std=std)({"jpg": img})
+        assert np.array_equal(same["jpg"], got)
     with pytest.raises(ConfigError, match="2 and 2 values for an image of 3 channels"):
         ToTensor("jpg", dtype="float32", mean=(0, 0), std=(1, 1))({"jpg": img})
     with pytest.raises(ConfigError, match="decode_image first"):

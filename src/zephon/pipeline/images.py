@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import Any, Self
 
 from zephon.errors import ConfigError
-from zephon.ops import image
+from zephon.ops import image, tensor
 from zephon.ops.objects import FetchField
 from zephon.pipeline.placement import placement
 from zephon.pipeline.spec import PipelineSpec, Step
 
 __all__ = ["ImageSteps"]
+
+_IMAGE_MODULES = (image.__name__, tensor.__name__)  # whose steps follow an image step's placement
 
 
 class ImageSteps:
@@ -36,7 +38,7 @@ class ImageSteps:
         if processes is None:
             steps = self.spec.steps
             before = steps[-1] if steps and executor is None else None
-            if before and before.kind == "map" and type(before.fn).__module__ == image.__name__:
+            if before and before.kind == "map" and type(before.fn).__module__ in _IMAGE_MODULES:
                 return self._with(Step("map", op, before.processes, executor=before.executor))
             processes = 0
         inflight, remote = placement(processes, executor, op, "image step")
@@ -47,7 +49,7 @@ class ImageSteps:
         if field is not None:
             return field
         for step in reversed(self.spec.steps):
-            if step.kind == "map" and type(step.fn).__module__ == image.__name__:
+            if step.kind == "map" and type(step.fn).__module__ in _IMAGE_MODULES:
                 return str(getattr(step.fn, "out", step.fn.field))
         return "jpg"
 
@@ -126,7 +128,7 @@ class ImageSteps:
         return self._image_step(image.ToCHW(self._field(field)), processes, executor)
 
     def to_tensor(
-        self, field: str | None = None, *, layout: str = "CHW", dtype: str = "uint8",
+        self, field: str | None = None, *, layout: str = "CHW", dtype: Any = "uint8",
         mean: Any = None, std: Any = None, processes: int | None = None,
         executor: Any = None,
     ) -> Self:  # fmt: skip
@@ -135,5 +137,5 @@ class ImageSteps:
         normalise on the GPU), or ``"float32"``/``"float16"`` scaled to ``[0, 1]`` and, with
         ``mean`` and ``std`` (per channel, on that scale), normalised. Batches stay numpy
         arrays; ``to_torch()`` makes them tensors without a copy."""
-        op = image.ToTensor(self._field(field), layout, dtype, mean, std)
+        op = tensor.ToTensor(self._field(field), layout, dtype, mean, std)
         return self._image_step(op, processes, executor)
