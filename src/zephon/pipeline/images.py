@@ -1,6 +1,7 @@
 """The image steps of :class:`~zephon.pipeline.builder.Pipeline` (a mixin): decode_image,
-resize, center_crop, random_resized_crop, flip, to_chw and to_tensor, each a ``map`` of a picklable
-step from :mod:`zephon.ops.image`, so ``processes=`` and ``executor=`` apply as to any map.
+resize, center_crop, random_resized_crop, flip, to_chw and to_tensor, each a ``map`` of a
+picklable step from :mod:`zephon.ops.image` (:mod:`zephon.ops.tensor`), so ``processes=``
+and ``executor=`` apply as to any map.
 
 An image step given no placement runs where the image step before it runs, and adjacent
 steps on the same workers run as one call per block (:mod:`zephon.pipeline.steps`): so
@@ -90,9 +91,9 @@ class ImageSteps:
                executor: Any = None) -> Self:  # fmt: skip
         """Resize ``sample[field]`` (default: the field the image step before wrote, else
         ``"jpg"``; so for every step below) to ``(height, width)``, or the shorter side to
-        ``size`` (bilinear; area
-        averaging when OpenCV shrinks 2x or more). ``backend``: ``"opencv"`` (the default when
-        installed), ``"pillow"``; their pixels differ slightly."""
+        ``size`` (bilinear; area averaging when OpenCV shrinks 2x or more). ``backend``:
+        ``"opencv"`` (the default when installed), ``"pillow"``; their pixels differ
+        slightly."""
         return self._image_step(
             image.Resize(size, self._field(field), backend), processes, executor
         )
