@@ -144,11 +144,7 @@ def unpack_args(packed: Packed) -> tuple[Any, ...]:
     """In a worker: the call's arguments, their bytes copied out of the caller's segment."""
     if packed.name is None:
         return pickle.loads(packed.data, buffers=packed.inline)  # type: ignore[no-any-return]
-    fd = _posixshmem.shm_open("/" + packed.name, os.O_RDONLY, 0o600)
-    try:
-        mapped = mmap.mmap(fd, 0, flags=_POPULATE, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
+    mapped = _map(packed.name)
     view = memoryview(mapped)
     args = pickle.loads(packed.data, buffers=[view[o : o + n] for o, n in packed.spans])
     view.release()
@@ -199,11 +195,9 @@ def unpack(packed: Packed) -> Any:
     """The worker's value again, its arrays copied out of the segment, which is then gone."""
     if packed.name is None:
         return pickle.loads(packed.data, buffers=packed.inline)
-    fd = _posixshmem.shm_open("/" + packed.name, os.O_RDWR, 0o600)
     try:
-        mapped = mmap.mmap(fd, 0, flags=_POPULATE)
+        mapped = _map(packed.name)
     finally:
-        os.close(fd)
         _unlink(packed.name)
     # Copied out at once (one memcpy per array) rather than kept as views: a view would keep
     # its whole block's segment alive for as long as any one item of the block lives on (in a
@@ -211,6 +205,15 @@ def unpack(packed: Packed) -> Any:
     with mapped, memoryview(mapped) as view:
         buffers = [bytearray(view[o : o + n]) for o, n in packed.spans]
     return pickle.loads(packed.data, buffers=buffers)
+
+
+def _map(name: str) -> mmap.mmap:
+    """The segment ``name``, mapped read-only, every page at once."""
+    fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
+    try:
+        return mmap.mmap(fd, 0, flags=_POPULATE, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
 
 
 def _unlink(name: str) -> None:

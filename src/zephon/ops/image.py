@@ -61,7 +61,7 @@ MAX_PIXELS = 89_478_485
 def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
     """Refuse an image whose header declares more than ``max_pixels`` before a decoder
     allocates it (a damaged header, or a decompression bomb: a few KB declaring 30,000 x
-    30,000 pixels had libjpeg-turbo allocate 2.7 GB and work for 8 s)."""
+    30,000 pixels would have libjpeg-turbo allocate 30,000 x 30,000 x 3 bytes, 2.7 GB)."""
     if max_pixels is not None and width * height > max_pixels:
         raise FormatError(f"image of {width} x {height} = {width * height:,} pixels is over "
                           f"max_pixels={max_pixels:,} (a damaged header or a decompression "

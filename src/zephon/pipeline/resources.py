@@ -59,30 +59,32 @@ class Resources:
         self.encoder = self.encoder or ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
         return self.encoder
 
+    def _where(self, ref: Any) -> tuple[str, str, int] | None:
+        """``(dataset name, shard URI, sample)`` of a ref (a batch's or packed sequence's:
+        its first sample), or ``None`` if it names no sample of this run's datasets."""
+        while isinstance(ref, list) and ref:
+            ref = ref[0]
+        if not (isinstance(ref, tuple) and len(ref) == 4 and self.datasets):
+            return None
+        ds = self.datasets[ref[0]]
+        return ds.name, ds.shards[ref[1]].uri, int(ref[2])
+
     def name_sample(self, exc: FormatError) -> None:
         """Put the dataset's name, the shard's URI and the sample's index in the message of
         bad input a step raised (it knew the sample only as indices: ``zephon_ref``)."""
-        ref = getattr(exc, "zephon_ref", None)
-        while isinstance(ref, list) and ref:  # a batch or packed sequence: its first sample
-            ref = ref[0]
-        if exc.dataset is not None or not (isinstance(ref, tuple) and len(ref) == 4):
+        where = self._where(getattr(exc, "zephon_ref", None))
+        if exc.dataset is not None or where is None:
             return
-        if not self.datasets:  # a run without a work source's datasets (tests)
-            return
-        ds = self.datasets[ref[0]]
-        named = FormatError(exc.message, dataset=ds.name, uri=ds.shards[ref[1]].uri,
-                            sample=int(ref[2]))  # fmt: skip
+        named = FormatError(exc.message, dataset=where[0], uri=where[1], sample=where[2])
         exc.dataset, exc.uri, exc.sample = named.dataset, named.uri, named.sample
         exc.args = named.args
 
     def skipped(self, ref: Any, message: str) -> None:
         """Record a sample a step skipped under ``on_error="skip"`` (``ref``: its
         ``(dataset, shard, sample, pass)``, or the refs of a batch or packed sequence)."""
-        while isinstance(ref, list) and ref:  # a batch or packed sequence: its first sample
-            ref = ref[0]
-        if isinstance(ref, tuple) and len(ref) == 4 and self.datasets:
-            ds = self.datasets[ref[0]]
-            self.ledger.add(ds.name, ds.shards[ref[1]].uri, int(ref[2]), message)
+        where = self._where(ref)
+        if where is not None:
+            self.ledger.add(*where, message)
         else:
             self.ledger.add("?", "?", -1, f"{message} (at {ref!r})")
 
