@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +13,7 @@ from zephon.engine.pool import WorkerPool
 from zephon.engine.raypool import RayPool
 from zephon.engine.runner import timed_receive
 from zephon.engine.stats import StageStats
+from zephon.engine.urgent import UrgentThread
 from zephon.errors import FormatError
 from zephon.ops.block import Block
 from zephon.ops.decode import SkipLedger
@@ -40,7 +40,7 @@ class Resources:
     ledger: SkipLedger
     datasets: list[Any] = field(default_factory=list)  # the work source's, to name skips
     stages: dict[str, StageStats] = field(default_factory=dict)
-    encoder: ThreadPoolExecutor | None = None
+    encoder: UrgentThread | None = None
     remote: dict[Any, RayPool] = field(default_factory=dict)  # per Ray executor, its actors
     # Per lane, set when it may start fetching (absent: at once); see ``Run`` (start order).
     starts: dict[int, asyncio.Event] = field(default_factory=dict)
@@ -54,9 +54,10 @@ class Resources:
         self.stages[name] = stats = StageStats(name, concurrency)
         return stats
 
-    def encoder_thread(self) -> ThreadPoolExecutor:
-        """The run's helper thread for in-process steps (made on first use)."""
-        self.encoder = self.encoder or ThreadPoolExecutor(1, thread_name_prefix="zephon-encode")
+    def encoder_thread(self) -> UrgentThread:
+        """The run's helper thread for in-process steps (made on first use), all lanes'
+        work on it taken most urgent first."""
+        self.encoder = self.encoder or UrgentThread("zephon-encode")
         return self.encoder
 
     def _where(self, ref: Any) -> tuple[str, str, int] | None:

@@ -94,7 +94,7 @@ def start_steps(
         elif step.kind == "fetch_field":
             body = _fetch_field(tg, spec, res, step, source, out, stats)
         else:
-            body = _in_process(spec, res, step, source, out, stats, name)
+            body = _in_process(spec, res, step, source, out, stats, name, runs.stop)
         tg.create_task(stage(name, stats, body))
         current = out
     return current
@@ -237,15 +237,20 @@ async def _fetch_field(
 
 async def _in_process(
     spec: PipelineSpec, res: Resources, step: Step, source: Channel[Block],
-    out: Channel[Block], stats: StageStats, name: str,
+    out: Channel[Block], stats: StageStats, name: str, after: int,
 ) -> None:  # fmt: skip
     """map / filter / tokenize a block at a time on the run's helper thread (async ones in
     the loop), so fetching and delivery go on meanwhile. A lane's first items go in pieces
-    of growing size: its first batch does not wait for a whole first chunk."""
-    executor = res.encoder_thread()
+    of growing size: its first batch does not wait for a whole first chunk. The thread
+    takes the block that starts earliest in its lane first (then the one of the later step,
+    ``after`` steps into the chain): the lane the consumer will wait for next."""
+    thread = res.encoder_thread()
     on_skip = res.skipped if spec.on_error == "skip" else None
+    position = 0
     with closing(out):
         async for block in first_pieces(counted(source, stats), FIRST_PIECE):
+            executor = thread.at((position, -after))
+            position += len(block.items)
             try:
                 result = await apply_block(step.kind, step.fn, block, None, name, executor,
                                            on_skip)  # fmt: skip
@@ -257,17 +262,21 @@ async def _in_process(
 
 
 async def first_pieces(blocks: AsyncIterator[Block], first: int) -> AsyncIterator[Block]:
-    """``blocks`` with the first items cut into pieces of ``first``, ``first`` again, then
-    twice the items so far each time, until a piece would hold a whole block (a slow start,
-    as for reads). The pieces end where a shuffle's warm-up parts of ``first`` do (64, 128,
-    256, ... items), so each part waits for its own items only."""
-    size, done = first, 0
+    """``blocks`` with a lane's first items cut where a shuffle's warm-up parts of ``first``
+    end (after ``first`` items, then after twice as many as before each time: 64, 128, 256,
+    ...; a slow start, as for reads), however the blocks come. So each part waits for its
+    own items only, even when the lane's first block is short (a run ending at a shard's
+    end): cutting pieces of those sizes from wherever blocks started left such a lane one
+    block behind the others in every part, and the consumer waited for it."""
+    cut, done = first, 0
     async for block in blocks:
-        while size < len(block.items):
-            head, block = block.cut(size)
+        while done < cut < done + len(block.items):
+            head, block = block.cut(cut - done)
             yield head
-            done += size
-            size = done
+            done, cut = cut, 2 * cut
+        done += len(block.items)
+        if done == cut:
+            cut *= 2
         yield block
 
 
