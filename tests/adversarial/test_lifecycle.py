@@ -133,6 +133,31 @@ def test_os_exit_in_a_user_function(data: Path, processes: int) -> None:
     assert "Unclosed" not in out.stderr, out.stderr
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_without_a_main_guard_is_told_what_to_do(
+    data: Path, tmp_path: Path, guarded: bool
+) -> None:
+    """A script whose top level runs a pipeline with worker processes runs again in each
+    worker, which dies starting up: the error says to add the guard. A guarded script whose
+    worker dies mid-task (os._exit) gets no such advice."""
+    body = ("ds = Dataset.from_path('a', sys.argv[1])\n"
+            "ws = StaticMixtureWorkSource([ds], seed=1, shuffle='none')\n"
+            "for x in Pipeline(ws, rank=0, world_size=1).map(fns.die_on_7, processes=2):\n"
+            "    pass\n")  # fmt: skip
+    if guarded:
+        body = "if __name__ == '__main__':\n" + textwrap.indent(body, "    ")
+    script = tmp_path / "train.py"
+    script.write_text(PRELUDE + body)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(script), str(data)], capture_output=True,
+                         text=True, timeout=60, env=env, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 1
+    assert "WorkerCrashed" in out.stderr, out.stderr[-2000:]
+    hint = 'put that code under `if __name__ == "__main__":`'
+    assert (hint in out.stderr) is not guarded, out.stderr[-2000:]
+
+
 KILL_SCRIPT = """
 import json, os, sys
 from tests import pipeline_fns as fns

@@ -21,6 +21,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -100,6 +101,22 @@ def _unpacked(call: Future[shm.Packed], out: Future[Any], args: shm.Packed) -> N
             out.set_result(value)
 
 
+def _start_hint(executor: ProcessPoolExecutor | None, answered: bool) -> str:
+    """What else to check when a worker exited with status 1 (a Python error) before any
+    worker answered: a script run as ``__main__`` whose top level builds the pipeline
+    without ``if __name__ == "__main__":`` runs again in each new worker (they import it, as
+    every fork-server or spawn pool does), and the worker dies starting up."""
+    main = sys.modules.get("__main__")
+    processes = getattr(executor, "_processes", None) or {}
+    if answered or not getattr(main, "__file__", None):
+        return ""
+    if not any(p.exitcode == 1 for p in list(processes.values())):
+        return ""
+    return ("; a worker failed while starting: if your script builds and runs the pipeline "
+            "at its top level, put that code under `if __name__ == \"__main__\":` (worker "
+            "processes import the script when they start)")  # fmt: skip
+
+
 class WorkerPool:
     """A lazily started :class:`ProcessPoolExecutor` with typed crash reporting."""
 
@@ -110,6 +127,7 @@ class WorkerPool:
         self._executor: ProcessPoolExecutor | None = None
         self._starting: asyncio.Future[None] | None = None
         self._starter: threading.Thread | None = None
+        self._answered = False  # a worker has returned a result: the workers did start
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -179,12 +197,15 @@ class WorkerPool:
         if self._starter is not None:  # once: later calls go straight to the workers
             await self.started()
         try:
-            return await asyncio.wrap_future(self._submit(fn, *args), loop=loop)
+            result = await asyncio.wrap_future(self._submit(fn, *args), loop=loop)
         except BrokenProcessPool:
             raise WorkerCrashed(
                 f"a worker process died while running stage {stage!r} "
                 "(killed, out of memory, or a crash in native code)"
+                + _start_hint(self._executor, self._answered)
             ) from None
+        self._answered = True
+        return result
 
     @property
     def segment_prefix(self) -> str:
