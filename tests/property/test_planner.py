@@ -231,7 +231,7 @@ def row_groups(name: str, sizes: list[int], rows: int) -> Manifest:
 @SETTINGS
 @given(manifests, shuffles, st.sampled_from([1, 2, 3]), st.integers(1, 40),
        st.sampled_from(["repeat", "stop"]), st.integers(1, 9), st.integers(2, 7),
-       st.sampled_from(["a", "b", "abc"]))  # fmt: skip
+       st.sampled_from(["a", "b", "abc"]), st.sampled_from([1 << 26, 600]))  # fmt: skip
 def test_chunks_planned_together_equal_chunks_planned_one_by_one(
     sizes: list[int],
     shuffle: str,
@@ -241,7 +241,10 @@ def test_chunks_planned_together_equal_chunks_planned_one_by_one(
     at_once: int,
     rows: int,
     names: str,
+    max_request: int,
 ) -> None:
+    """Also with reads kept within windows of large records (a small ``max_request``): a
+    chunk's windows once depended on the mean record size of the chunks planned with it."""
     import zephon.plan.planner as planner
 
     def plan(count: int) -> list[Any]:
@@ -250,11 +253,11 @@ def test_chunks_planned_together_equal_chunks_planned_one_by_one(
         ws = StaticMixtureWorkSource(
             [every[x] for x in names],
             mixture={"a": 3, "b": 2, "c": 1} if len(names) > 1 else None,
-            shuffle=shuffle, chunk_size=chunk,
+            shuffle=shuffle, chunk_size=chunk, max_request_bytes=max_request,
             exhausted_policy=policy, stop_after_passes=2, seed=11,
         )  # fmt: skip
-        saved = planner.CHUNKS_AT_ONCE
-        planner.CHUNKS_AT_ONCE = count
+        saved = planner.CHUNKS_AT_ONCE, planner.PLAN_SLICE_S
+        planner.CHUNKS_AT_ONCE, planner.PLAN_SLICE_S = count, 1e9  # groups of ``count``
         try:
             return [
                 (c.cursor, c.next_cursor, c.datasets.tolist(), c.shards.tolist(),
@@ -262,7 +265,7 @@ def test_chunks_planned_together_equal_chunks_planned_one_by_one(
                 for lane in range(lanes) for c in ws.chunks(lane, lanes)
             ]  # fmt: skip
         finally:
-            planner.CHUNKS_AT_ONCE = saved
+            planner.CHUNKS_AT_ONCE, planner.PLAN_SLICE_S = saved
 
     if sum(sizes) < lanes:
         return

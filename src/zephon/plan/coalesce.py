@@ -224,13 +224,17 @@ def _slot_windows(
     windows = np.zeros(len(datasets), np.int64)
     if not len(datasets) or int((stops - starts).max()) * chunk_size <= max_bytes:
         return windows  # no sample is large enough for its dataset's chunk to need windows
-    for d in distinct(datasets):
-        mask = (datasets == d) & (units < 0)
-        if not mask.any():
-            continue
-        mean = float((stops[mask] - starts[mask]).mean())
-        if mean * chunk_size > max_bytes:
-            windows[mask] = positions[mask] // max(1, int(max_bytes // max(mean, 1.0)))
+    # The mean record size of each (chunk, dataset): a chunk's windows depend on the chunk
+    # alone, never on the chunks planned with it.
+    records = units < 0
+    chunk = np.arange(len(datasets), dtype=np.int64) // chunk_size
+    group = chunk * (int(datasets.max()) + 1) + datasets
+    sizes = np.bincount(group[records], weights=(stops - starts)[records])
+    counts = np.bincount(group[records])
+    mean = sizes[group[records]] / counts[group[records]]
+    per_window = np.maximum(1, (max_bytes // np.maximum(mean, 1.0)).astype(np.int64))
+    windows[records] = np.where(mean * chunk_size > max_bytes,
+                                positions[records] // per_window, 0)  # fmt: skip
     return windows
 
 

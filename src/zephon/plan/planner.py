@@ -8,6 +8,7 @@ of the mixture once it is drawn, and the lane ends when every quota is met.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,12 @@ if TYPE_CHECKING:
 
 __all__ = ["LanePlanner", "WorkChunk"]
 
-CHUNKS_AT_ONCE = 8  # chunks a lane plans in one numpy pass (sample mixtures)
+CHUNKS_AT_ONCE = 8  # chunks a lane plans in one numpy pass (sample mixtures), at most
+# Planning between two returns to the event loop (StaticMixtureWorkSource.requests).
+# Returning after every chunk paced the planner with consumption (one chunk per loop
+# iteration), so a shard's reads were issued only as the one before was being consumed,
+# whatever the fetch concurrency allowed.
+PLAN_SLICE_S = 0.001
 
 
 class WorkChunk:
@@ -86,13 +92,23 @@ class LanePlanner:
         self.quotas: list[int | None] | None = None if quotas[0] is None else quotas
 
     def chunks(self, cursor: Cursor) -> Iterator[WorkChunk]:
-        """Chunks from ``cursor`` to the end of the lane's curriculum (or forever)."""
+        """Chunks from ``cursor`` to the end of the lane's curriculum (or forever).
+
+        Sample mixtures are planned 1, 2, 4, ... up to ``at_once`` chunks at a time, more
+        only while a call takes under :data:`PLAN_SLICE_S`: the first chunk comes without
+        waiting for the ones after it, and a chunk that spans many passes of a small dataset
+        (each pass a few permutations to set up) holds the event loop for one chunk's
+        planning, not eight. The chunks are the same however they are grouped."""
+        count = 1
         while True:
             if self.source.mixture_unit == "tokens":  # picks depend on the chunk before
                 chunk = self._plan_token_chunk(cursor)
                 planned = [] if chunk is None else [chunk]
             else:
-                planned = self._plan_chunks(cursor, self.at_once)
+                began = time.perf_counter()
+                planned = self._plan_chunks(cursor, count)
+                fast = time.perf_counter() - began < PLAN_SLICE_S
+                count = min(2 * count, self.at_once) if fast else max(1, count // 2)
             if not planned:
                 return
             yield from planned

@@ -18,7 +18,7 @@ from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
 from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
 from zephon.plan.order import SHUFFLES, DatasetOrder
-from zephon.plan.planner import LanePlanner, WorkChunk
+from zephon.plan.planner import PLAN_SLICE_S, LanePlanner, WorkChunk
 from zephon.plan.relane import Draws, Relaned
 from zephon.plan.runs import default_chunk, default_run, probe_sample_bytes
 from zephon.refs import Cursor, RangeRequest
@@ -26,12 +26,6 @@ from zephon.refs import Cursor, RangeRequest
 __all__ = ["StaticMixtureWorkSource", "WorkChunk"]
 
 _UNITS = ("samples", "tokens")
-
-
-# Planning between two returns to the event loop. Returning after every chunk paced the
-# planner with consumption (one chunk per loop iteration), so a shard's reads were issued
-# only as the one before was being consumed, whatever the fetch concurrency allowed.
-_PLAN_SLICE_S = 0.001
 
 
 class StaticMixtureWorkSource:
@@ -375,7 +369,7 @@ class StaticMixtureWorkSource:
             for request in requests:
                 yield request
             skip = 0
-            if time.perf_counter() - since >= _PLAN_SLICE_S:
+            if time.perf_counter() - since >= PLAN_SLICE_S:
                 await asyncio.sleep(0)
                 since = time.perf_counter()
 
