@@ -140,8 +140,9 @@ class Tokenize:
         t = self.tokenizer
         if self.kind == "bytes":
             return [list(s.encode("utf-8")) for s in texts]
-        if self.kind == "tokenizers":
-            return [e.ids for e in t.encode_batch(texts, add_special_tokens=False)]
+        if self.kind == "tokenizers":  # the fast variant skips offsets (0.20+): same ids
+            batch = getattr(t, "encode_batch_fast", None) or t.encode_batch
+            return [e.ids for e in batch(texts, add_special_tokens=False)]
         if self.kind == "tiktoken":
             return [list(x) for x in t.encode_ordinary_batch(texts)]
         return [list(x) for x in t(texts, add_special_tokens=False)["input_ids"]]
