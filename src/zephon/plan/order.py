@@ -84,6 +84,68 @@ class DatasetOrder:
             ranks = self._within_blocks(pass_, ranks)
         return self._split(ranks, perm, cum)
 
+    def locate_passes(
+        self, passes: list[int], which: np.ndarray, ranks: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`locate` of rank ``ranks[i]`` in pass ``passes[which[i]]``, for many passes
+        at once: a lane's chunk spans many passes of a dataset smaller than the chunk (25
+        of 40 samples in a chunk of 1,000), and each pass's permutations cost a few dozen
+        numpy calls however few ranks it has. A dataset of one window and one block gets
+        every pass's permutations from the same few calls (keyed per rank); the same
+        positions as pass by pass."""
+        if self.shuffle == "none":
+            return self._split(ranks, None, self._storage_cum)
+        small = self.n < self.window and self.n <= self.block_size  # one block, one window
+        if len(passes) < 4 or (self.shuffle == "block" and not small):
+            shards = np.empty(len(ranks), np.int64)
+            samples = np.empty(len(ranks), np.int64)
+            for i, pass_ in enumerate(passes):
+                mask = which == i
+                shards[mask], samples[mask] = self.locate(pass_, ranks[mask])
+            return shards, samples
+        name = self.manifest.name
+        if self.shuffle == "global":
+            keys = [key_of("global", self.seed, name, q) for q in passes]
+            return self._split(permute_keyed(ranks, self.n, keys, which), None,
+                               self._storage_cum)  # fmt: skip
+        # Each pass's shard order and cumulative sizes as rows; every row lifted by
+        # ``pass * n`` makes one sorted array, so one search places every rank in its row.
+        count, width = len(passes), self.manifest.num_shards
+        keys = [key_of("shards", self.seed, name, q) for q in passes]
+        rows = np.repeat(np.arange(count, dtype=np.int64), width)
+        perms = permute_keyed(np.tile(np.arange(width, dtype=np.int64), count), width, keys,
+                              rows).reshape(count, width)  # fmt: skip
+        cum = np.zeros((count, width + 1), np.int64)
+        np.cumsum(self.manifest.shard_samples[perms], axis=1, out=cum[:, 1:])
+        if self.shuffle == "block":
+            ranks = self._small_block(passes, which, ranks)
+        lifted = (cum + np.arange(count, dtype=np.int64)[:, None] * self.n).ravel()
+        at = np.searchsorted(lifted, ranks + which * self.n, side="right") - 1
+        row, slot = np.divmod(at, width + 1)
+        return perms[row, slot].astype(np.int64), (ranks - cum[row, slot]).astype(np.int64)
+
+    def _small_block(self, passes: list[int], which: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """:meth:`_within_blocks` of a dataset shorter than a window (so one block, one
+        short window per pass), for ranks of many passes at once."""
+        run, n, seed, name = self.run_size, self.n, self.seed, self.manifest.name
+        per = n // run
+        p = p.astype(np.int64, copy=True)
+        if per < 2:
+            keys = [key_of("window", seed, name, q, 0, 0) for q in passes]
+            p = permute_keyed(p, n, keys, which)
+        else:
+            inside = p < per * run
+            t, slot = np.divmod(p[inside], per)
+            keys = [key_of("slots", seed, name, q, 0, 0) for q in passes]
+            p[inside] = permute_keyed(slot, per, keys, which[inside]) * run + t
+        runs = n // run
+        whole = p < runs * run
+        if runs > 1 and whole.any():
+            keys = [key_of("runs", seed, name, q, 0) for q in passes]
+            moved = permute_keyed(p[whole] // run, runs, keys, which[whole])
+            p[whole] = moved * run + p[whole] % run
+        return p
+
     def _within_blocks(self, pass_: int, ranks: np.ndarray) -> np.ndarray:
         size, window, run = self.block_size, self.window, self.run_size
         interleave = window % run == 0 and window > run

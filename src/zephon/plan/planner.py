@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zephon.arrays import distinct
 from zephon.plan.coalesce import PlannedReads, coalesce_chunks
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
@@ -207,10 +206,7 @@ class LanePlanner:
         if n == 0 or (passes[0] == passes[-1] and (passes == passes[0]).all()):
             key = src.exhaustion.pass_key(d, int(passes[0]) if n else 0)
             return (*order.locate(key, ranks), passes)
-        shards = np.empty(n, np.int64)
-        samples = np.empty(n, np.int64)
-        for p in distinct(passes):
-            mask = passes == p
-            shards[mask], samples[mask] = order.locate(src.exhaustion.pass_key(d, int(p)),
-                                                       ranks[mask])  # fmt: skip
+        drawn, which = np.unique(passes, return_inverse=True)
+        keys = [src.exhaustion.pass_key(d, int(p)) for p in drawn.tolist()]
+        shards, samples = order.locate_passes(keys, which.astype(np.int64), ranks)
         return shards, samples, passes
