@@ -59,13 +59,18 @@ class SyncBridge(Generic[T]):
         _OPEN.add(self)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[T]:
+        # The next item is asked for as soon as one arrives, before it is yielded: while the
+        # consumer works through it, the loop fetches the next one. Asking only when the
+        # consumer came back made every item wait for a turn of the loop, which may be
+        # busy with a lane's window (20-30 ms) although the item was ready.
+        pending = asyncio.run_coroutine_threadsafe(self._next(), self.loop)
         while not self.closed:
-            pending = asyncio.run_coroutine_threadsafe(self._next(), self.loop)
             while not pending.done():  # timed waits: a Ctrl-C another thread got is seen
                 concurrent.futures.wait([pending], WAKE_S)
             item = pending.result()
             if item is None:
                 return
+            pending = asyncio.run_coroutine_threadsafe(self._next(), self.loop)
             yield item[0]
 
     async def _next(self) -> tuple[T] | None:
