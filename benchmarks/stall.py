@@ -109,14 +109,16 @@ def main() -> None:
         )
         print(f"{'step':>6} {'demand':>7} {'wait share':>11} {'p99 wait':>9} {'max wait':>9} "
               f"{'first batch':>12} {'after every lane started':>25} "
-              f"{'second half':>12}")  # fmt: skip
+              f"{'second half':>12}  target (< 1% waiting if capacity >= 2x demand)")  # fmt: skip
         for step_ms in (5, 20, 100):
             n = max(30, min(args.batches, int(12_000 / step_ms)))
             r = consume(build(tok), n, step_ms / 1000)
+            ratio = alone["rate"] * step_ms / 1000  # the loader's capacity over the demand
+            verdict = ("met" if r["share"] < 0.01 else "NOT met") if ratio >= 2 else "n/a"
             print(
                 f"{step_ms:>4}ms {1000 / step_ms:>5.0f}/s {r['share']:>10.1%} "
                 f"{r['p99'] * 1000:>7.0f}ms {r['max'] * 1000:>7.0f}ms {r['first']:>11.2f}s "
-                f"{r['steady']:>24.1%} {r['late']:>11.1%}"
+                f"{r['steady']:>24.1%} {r['late']:>11.1%}  {verdict} (capacity {ratio:.1f}x)"
             )
         pipe = build(tok)
         it = pipe.iter()
