@@ -316,3 +316,37 @@ else:
     ).stdout  # fmt: skip
     ids = json.loads(run("load", run("save")))
     assert sorted(ids) == list(range(500))
+
+
+@pytest.mark.parametrize("closed_first", [False, True])
+def test_a_checkpoint_inside_the_last_block_resumes_its_rest(
+    monkeypatch: pytest.MonkeyPatch, closed_first: bool
+) -> None:
+    """The sync bridge reads a block ahead of the consumer, so the run finds its end while
+    the consumer is still inside the last block. A checkpoint taken there once said every
+    lane was over, and a restore delivered nothing more (items lost)."""
+    import threading
+
+    from zephon.pipeline.run import Run
+
+    over = threading.Event()
+    stop = Run.stop
+
+    async def stopped(self: Run) -> None:
+        await stop(self)
+        over.set()
+
+    monkeypatch.setattr(Run, "stop", stopped)
+    ds = Dataset.from_records("r", [{"id": i} for i in range(40)], samples_per_shard=64)
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+    it = (pipe := Pipeline(ws, rank=0, world_size=1)).iter()
+    got = [next(it)["id"] for _ in range(5)]
+    assert over.wait(30), "the run should end while its only block is being consumed"
+    if closed_first:
+        it.close()
+    state = pipe.checkpoint()
+    it.close()
+    again = Pipeline(ws, rank=0, world_size=1)
+    again.restore(state)
+    rest = [x["id"] for x in again]
+    assert len(rest) == 35 and sorted(got + rest) == list(range(40))

@@ -161,3 +161,21 @@ def test_a_lane_on_workers_grows_by_what_it_delivers_or_before_a_step_that_holds
     assert growth_step(pooled.map(fns.as_text).shuffle(64, warmup=0).batch(8).spec) == 1
     assert growth_step(pooled.pack(4, field="id").batch(2).spec) == 0
     assert growth_step(pipe.map(fns.as_text).batch(8).spec) is None  # in process: by intake
+
+
+async def test_a_cancelled_waiter_that_a_release_passed_over_ends_cancelled() -> None:
+    """A waiter cancelled while a release wakes the queue: the release drops its (done)
+    future from the queue before the waiter runs again. The waiter once tried to remove it
+    a second time and ended in ``ValueError`` instead of ``CancelledError`` (an unraisable
+    "Task exception was never retrieved" when a run was stopped)."""
+    gate = CapacityGate(1)
+    await gate.acquire(1)
+    waiter = asyncio.create_task(gate.acquire(1))
+    await asyncio.sleep(0)  # queued behind the hold
+    waiter.cancel()  # its future is cancelled now; the task runs later
+    gate.release(1)  # wakes the queue, which drops the cancelled future
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert gate.held == 0
+    await gate.acquire(1)  # and the gate still works
+    assert gate.held == 1

@@ -53,21 +53,19 @@ class Pipeline(TextSteps, ImageSteps):
         limits: storage client bounds.
         retry: storage retry policy.
         decode_processes: decode in a worker pool of this size (``0``: in process).
-        prefetch: blocks of output kept ready for the consumer.
+        prefetch: blocks of output kept ready (a ``for`` loop's thread holds one more).
         range_cache_bytes: recently fetched ranges kept so that neighbouring chunks fetch
             shared bytes once (see :class:`~zephon.ops.fetch.RangeCache`); ``0`` disables.
         cache_dir: a local directory caching fetched byte ranges across epochs and runs,
-            shared safely by every process of the node (opt-in; see
-            :class:`~zephon.storage.DiskCache`).
+            shared safely by every process of the node (opt-in; :class:`~zephon.storage.DiskCache`).
         cache_limit_bytes: the cache's size limit (least recently used ranges go first).
-        provenance: add ``sample["_provenance"] = {"dataset", "shard", "sample"}`` (dataset
-            name, shard URI, sample index in the shard) to every dict sample, for user ops and
-            batches (collated into a list per batch).
+        provenance: add ``sample["_provenance"] = {"dataset", "shard", "sample"}`` (name,
+            shard URI, index in the shard) to every dict sample (a list per batch).
         engine: ``"thread"`` runs the event loop on a thread of this process (``for``) or
-            in the caller's loop (``async for``); ``"process"`` runs the whole pipeline in a
-            child process and passes finished items back, numeric arrays through shared
-            memory, so a training step that holds the GIL and the loader never slow each
-            other (:mod:`zephon.pipeline.process`; functions must pickle).
+            in the caller's loop (``async for``); ``"process"`` runs the pipeline in a child
+            process, numeric arrays back through shared memory, so a training step holding
+            the GIL never slows the loader (:mod:`zephon.pipeline.process`; functions must
+            pickle).
 
     Raises:
         ConfigError: invalid arguments.
@@ -111,8 +109,7 @@ class Pipeline(TextSteps, ImageSteps):
         self._init(spec)
 
     def __getstate__(self) -> dict[str, Any]:
-        """What a copy in another process needs (a DataLoader worker): the description and
-        any restored position; runs and their resources stay behind."""
+        """A copy for another process (a DataLoader worker): description, restored position."""
         return {"spec": self.spec, "resume": self._resume}
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
@@ -234,8 +231,7 @@ class Pipeline(TextSteps, ImageSteps):
         return self._with(prefetch_blocks=blocks)
 
     def decode(self, processes: int = 0, executor: Any = None) -> Pipeline:
-        """Decode shards in a worker pool of ``processes`` (``0``: in the event loop), or on
-        ``executor`` (:mod:`zephon.executors`)."""
+        """Decode in a pool of ``processes`` (``0``: in the loop), or on ``executor``."""
         inflight, remote = placement(processes, executor, None, "decoder")
         return self._with(decode_processes=inflight, decode_executor=remote)
 
@@ -285,9 +281,8 @@ class Pipeline(TextSteps, ImageSteps):
 
         Small (a cursor per lane) and free of pickles. It holds this rank's lanes only: to
         restore on another world size, join every rank's checkpoint with
-        :meth:`merge_checkpoints` (a rank refuses a state that lacks one of its lanes).
-
-        A custom ``apply`` op is resumed exactly if it is stateless (each output depends only
+        :meth:`merge_checkpoints` (a rank refuses a state that lacks one of its lanes). A
+        custom ``apply`` op is resumed exactly if it is stateless (each output depends only
         on the latest input) or implements ``state() -> dict`` (JSON) and ``restore(dict)``.
         """
         if self._child_state is not None:  # what the child says this consumer has received
@@ -331,8 +326,7 @@ class Pipeline(TextSteps, ImageSteps):
                 started = time.perf_counter()
                 try:
                     block = await run.output.receive()
-                except StopAsyncIteration:  # every lane's curriculum is over
-                    self._received.ended = frozenset(self.spec.my_lanes)
+                except StopAsyncIteration:  # every lane is over (see _all_received)
                     break
                 run.stall_s += time.perf_counter() - started
                 run.delivered += len(block.items)
@@ -343,6 +337,11 @@ class Pipeline(TextSteps, ImageSteps):
             if bar is not None:
                 bar.close()
             await run.stop()
+
+    def _all_received(self) -> None:
+        """Every lane's items received: a checkpoint now says each lane is over. Set by the
+        consumer, not when the run ends: the bridge reads a block ahead of the consumer."""
+        self._received.ended = frozenset(self.spec.my_lanes)
 
     def _open(self, block: Block) -> Iterator[Any]:
         """The block's items for the consumer, counted as received as they are taken."""
@@ -360,6 +359,7 @@ class Pipeline(TextSteps, ImageSteps):
                 async for block in blocks:
                     for item in self._open(block):
                         yield item  # the checkpoint is what the consumer has received
+            self._all_received()
         except Escaped as exc:  # a user function's KeyboardInterrupt or SystemExit
             raise exc.original from None
 
@@ -386,6 +386,7 @@ class Pipeline(TextSteps, ImageSteps):
         try:
             for block in bridge:
                 yield from self._open(block)
+            self._all_received()
         except Escaped as exc:  # a user function's KeyboardInterrupt or SystemExit
             raise exc.original from None
         finally:

@@ -10,6 +10,7 @@ cancelled tasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -71,7 +72,9 @@ class CapacityGate:
             if fut.done() and not fut.cancelled():
                 self.release(n)  # granted, then cancelled before we could use it
             else:
-                self._waiters.remove(entry)
+                # A release may have dropped the cancelled (so done) future already.
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
                 self._wake()
             raise
 
