@@ -103,18 +103,13 @@ def _unpacked(call: Future[shm.Packed], out: Future[Any], args: shm.Packed) -> N
             out.set_result(value)
 
 
-def _start_hint(workers: Sequence[Any], answered: bool) -> str:
-    """What else to check when a worker exited with status 1 (a Python error) before any
-    worker answered: a script run as ``__main__`` whose top level builds the pipeline
-    without ``if __name__ == "__main__":`` runs again in each new worker (they import it, as
-    every fork-server or spawn pool does), and the worker dies starting up. ``workers``: the
-    pool's worker processes as noted when work was submitted (the executor forgets them once
-    it sees one die)."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if answered or not path:
-        return ""
-    if not any(p.exitcode == 1 for p in workers) and not _runs_unguarded(path):
+def _start_hint(answered: bool) -> str:
+    """What else to check when the pool broke before any worker answered: a script run as
+    ``__main__`` whose top level builds the pipeline without ``if __name__ ==
+    "__main__":`` runs again in each new worker (they import it, as every fork-server or
+    spawn pool does), and the worker dies starting up."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if answered or not path or not _runs_unguarded(path):
         return ""
     return ("; a worker failed while starting: if your script builds and runs the pipeline "
             "at its top level, put that code under `if __name__ == \"__main__\":` (worker "
@@ -124,7 +119,8 @@ def _start_hint(workers: Sequence[Any], answered: bool) -> str:
 def _runs_unguarded(path: str) -> bool:
     """Whether the main thread is running the top level of the script at ``path`` outside
     an ``if __name__ == "__main__":`` block: what each worker, importing the script, runs
-    again. (The workers' exit codes say so too, but the executor may have dropped them.)"""
+    again. (Read from the source, not from the workers' exit codes: the executor forgets its
+    workers once it sees one die, so those were there to read only some of the time.)"""
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
     line = None
     while frame is not None:
@@ -156,7 +152,6 @@ class WorkerPool:
         self._starting: asyncio.Future[None] | None = None
         self._starter: threading.Thread | None = None
         self._answered = False  # a worker has returned a result: the workers did start
-        self._workers: dict[int, Any] = {}  # every worker process started, by pid
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -186,12 +181,6 @@ class WorkerPool:
         executor = self._get()
         for _ in range(self.processes):
             executor.submit(_import_all, tuple(modules)).add_done_callback(_ignore_result)
-        self._note_workers()
-
-    def _note_workers(self) -> None:
-        """Remember the executor's worker processes (it starts them as work is submitted):
-        their exit codes stay readable after the executor has dropped them."""
-        self._workers.update(getattr(self._executor, "_processes", None) or {})
 
     def start_soon(self, modules: Sequence[str] = ()) -> None:
         """:meth:`prestart` on a helper thread: starting the fork server and the workers
@@ -236,8 +225,7 @@ class WorkerPool:
         except BrokenProcessPool:
             raise WorkerCrashed(
                 f"a worker process died while running stage {stage!r} "
-                "(killed, out of memory, or a crash in native code)"
-                + _start_hint(list(self._workers.values()), self._answered)
+                "(killed, out of memory, or a crash in native code)" + _start_hint(self._answered)
             ) from None
         self._answered = True
         return result
@@ -256,7 +244,6 @@ class WorkerPool:
         except BaseException:
             shm.discard(packed)
             raise
-        self._note_workers()
         out: Future[T] = Future()
         # ``out`` knows ``call`` weakly: each holding the other in its callbacks made a cycle
         # that kept every result (a block of decoded images) until the garbage collector's
