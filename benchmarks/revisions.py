@@ -9,9 +9,13 @@ alternating in a rotated order each round, and the medians are compared.
   data with one and four lanes. Samples/s, head / base.
 - ``planner``: ``benchmarks/planner.py``'s children (every shuffle mode, the 70/30 mixture):
   planned pointers/s and peak RSS, head / base.
+- ``small``: an endless curriculum over a dataset smaller than a chunk (1 or 40 in-memory
+  records, so a chunk spans hundreds of passes): the first batch of 4, fresh and after
+  ``restore()`` of a checkpoint taken 10 batches in, in microseconds (median of the passes).
 
     .venv/bin/python benchmarks/revisions.py --base HEAD~1 pipeline
     .venv/bin/python benchmarks/revisions.py --base HEAD~1 planner --rounds 3
+    .venv/bin/python benchmarks/revisions.py --base HEAD~1 small --rounds 3
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ ROOT = HERE.parent
 PIPELINE_CASES = ["jsonl:none", "jsonl:block", "parquet:none", "parquet:block",
                   "trivial:1", "trivial:4"]  # fmt: skip
 PLANNER_CASES = ["none", "shards", "block", "global", "block+mix", "global+mix"]
+SMALL_CASES = ["small-none:1", "small-block:1", "small-block:40", "small-global:40"]
 
 
 def export(rev: str, into: Path) -> Path:
@@ -74,6 +79,34 @@ def child_pipeline(case: str, endpoint_url: str, passes: int) -> dict[str, float
     return {"rate": statistics.median(asyncio.run(one()) for _ in range(passes))}
 
 
+def child_small(case: str, passes: int) -> dict[str, float]:
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    mode, size = case.removeprefix("small-").split(":")
+    ds = Dataset.from_records("small", [{"id": i} for i in range(int(size))])
+    ws = StaticMixtureWorkSource([ds], seed=0, shuffle=mode, stop_after_passes=None)
+
+    def first_batch(state: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
+        pipe = Pipeline(ws, rank=0, world_size=1).batch(4)
+        if state is not None:
+            pipe.restore(state)
+        started = time.perf_counter()
+        it = pipe.iter()
+        next(it)
+        took = time.perf_counter() - started
+        for _ in range(10):
+            next(it)
+        saved = pipe.checkpoint()
+        it.close()
+        return took, saved
+
+    _, state = first_batch(None)  # warm-up: imports, the loop's first use
+    fresh = [first_batch(None)[0] for _ in range(passes)]
+    restored = [first_batch(state)[0] for _ in range(passes)]
+    return {"first_us": statistics.median(fresh) * 1e6,
+            "restore_us": statistics.median(restored) * 1e6}  # fmt: skip
+
+
 def _identity(sample: Any) -> Any:
     return sample
 
@@ -109,7 +142,9 @@ def compare(trees: dict[str, Path], cases: list[str], command: Any, rounds: int)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("suite", nargs="?", choices=["pipeline", "planner"], default="pipeline")
+    parser.add_argument(
+        "suite", nargs="?", choices=["pipeline", "planner", "small"], default="pipeline"
+    )
     parser.add_argument("--base", default="HEAD", help="git revision to compare against")
     parser.add_argument("--head", default=None, help="git revision (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=5)
@@ -119,7 +154,12 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, default=None, metavar=("CASE", "ENDPOINT"))
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child_pipeline(args.child[0], args.child[1], args.passes)))
+        case, endpoint = args.child
+        small = case.startswith("small-")
+        out = (
+            child_small(case, args.passes) if small else child_pipeline(case, endpoint, args.passes)
+        )
+        print(json.dumps(out))
         return
     with tempfile.TemporaryDirectory(prefix="zephon-base-") as tmp:
         head = ROOT / "src" if args.head is None else export(args.head, Path(tmp) / "head")
@@ -134,6 +174,14 @@ def main() -> None:
                 return [*cmd, mode] + (["--mix"] if mix else [])
 
             compare(trees, _subset(PLANNER_CASES, args.cases), planner, args.rounds)
+            return
+        if args.suite == "small":
+            me = str(Path(__file__).resolve())
+
+            def small(case: str) -> list[str]:
+                return [me, "--passes", str(args.passes), "--child", case, "-"]
+
+            compare(trees, _subset(SMALL_CASES, args.cases), small, args.rounds)
             return
         pipeline_suite(trees, args)
 

@@ -1,9 +1,9 @@
 """Small datasets in endless curricula (issue 16, time to first batch): a lane's chunk spans
 many passes of a dataset smaller than the chunk, each pass a few permutations to set up.
 Planning eight such chunks before the first came out, and setting up every pass apart, held
-the event loop for tens of milliseconds per chunk: a one-sample dataset took 0.26 s to its
-first batch and 0.47 s after a restore. The first chunk is now planned alone, and the passes
-of a chunk are located together."""
+the event loop for tens of milliseconds per chunk: a one-sample dataset took ~1 s to its
+first batch of 4 (`benchmarks/revisions.py small`). The first chunk is now planned alone,
+and the passes of a chunk are located together."""
 
 from __future__ import annotations
 
