@@ -102,19 +102,20 @@ def _pass(ds: Dataset, **kw: Any) -> Pipeline:
 
 
 @pytest.mark.parametrize("same_bytes", [False, True])
-def test_an_object_rewritten_mid_run_is_refused_unless_its_bytes_are_the_same(
+def test_an_object_rewritten_after_discovery_is_refused_unless_its_bytes_are_the_same(
     s3_endpoint: S3Endpoint, s3_bucket: str, shards: str, same_bytes: bool
 ) -> None:
     # Scanned bytes kept for the first epoch would be the discovered version: none kept here.
     ds = Dataset.from_path("d", shards, storage_options=s3_endpoint.storage_options(),
                            keep_scan_bytes=0)  # fmt: skip
-    # A small fetch budget: the last shard is read long after the pass has started.
-    it = iter(_pass(ds, fetch_budget_bytes=16 << 10, max_inflight_requests=2))
-    ids = [next(it)["id"] for _ in range(10)]
+    # Rewritten between discovery and the run's reads. (Rewritten once the run had delivered
+    # its first items, the shard had sometimes been read already: how far a run reads ahead
+    # is not what this test is about.)
     body = jsonl(range(800, 1200)) if same_bytes else jsonl(range(5000, 5400))
     s3_endpoint.client().put_object(Bucket=s3_bucket, Key="d/part-2.jsonl", Body=body)
+    it = iter(_pass(ds, fetch_budget_bytes=16 << 10, max_inflight_requests=2))
     if same_bytes:  # the same content is the same object (same ETag): the pass completes
-        assert ids + [s["id"] for s in it] == list(range(1200))
+        assert [s["id"] for s in it] == list(range(1200))
         return
     with pytest.raises(ObjectChanged, match=r"part-2\.jsonl"):
         for _ in it:
