@@ -59,6 +59,22 @@ def test_without_warmup_the_first_window_leaves_whole() -> None:
     assert all(not isinstance(m[3][0], dict) for b in out for m in b.marks)
 
 
+def test_a_windows_marks_are_computed_and_sliced_like_stored_ones() -> None:
+    """No mark tuple is stored per item (each holds a chunk's cursor, so the garbage
+    collector would track every one); computed marks equal the rule, sliced or not."""
+    out = asyncio.run(_run(_blocks(250, 7), size=100, warmup=10))
+    assert all(b._marks is None for b in out)
+    first, whole = out[0], out[-2]  # a part of the first window; a whole window
+    assert first.marks == [(0, None, 0, ({"skip": j + 1, "part": 0},), (None, 10))
+                           for j in range(10)]  # fmt: skip
+    before = whole.marks[0][:3]
+    assert whole.marks == [(*before, (j + 1,), (None, 200)) for j in range(100)]
+    head, tail = whole.cut(30)
+    assert head.marks == whole.marks[:30] and tail.marks == whole.marks[30:]
+    assert tail.mark(0) == whole.mark(30) and tail.refs == whole.refs[30:]
+    assert tail.progress(0, 5) == {0: (5, whole.mark(34))}
+
+
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 400), per=st.integers(1, 50), size=st.integers(1, 120),
        warmup=st.integers(0, 130), cut=st.floats(0, 1))  # fmt: skip

@@ -84,6 +84,12 @@ class Channel(Generic[T]):
         self._readable.set()
         self._writable.set()
 
+    def discard(self) -> None:
+        """Drop the items buffered (a stopped run's, which no one will receive)."""
+        self._items.clear()
+        self._bytes = 0
+        self._writable.set()
+
     async def receive(self) -> T:
         """The next item; raises ``StopAsyncIteration`` once closed and drained."""
         while not self._items:

@@ -18,7 +18,7 @@ from zephon.refs import Cursor
 
 __all__ = [
     "Block", "ChunkRows", "Interleaved", "Mark", "Position", "Provenance", "Residue", "SampleRef",
-    "high_water", "ref_at",
+    "WindowRows", "high_water", "ref_at",
 ]  # fmt: skip
 
 # (dataset, shard, sample, pass): where an item came from, and in which pass of its dataset
@@ -84,6 +84,41 @@ class ChunkRows:
         passes = None if self.passes is None else self.passes[at:end]
         return ChunkRows(self.lane, self.cursor, self.dataset[at:end], self.shard[at:end],
                          self.sample[at:end], self.delivered[at:end], passes)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WindowRows:
+    """Provenance of outputs ``first, first + 1, ...`` of one window of a windowed step
+    (shuffle, pack): their refs as a list, their marks computed. Output ``j`` leaves the lane
+    at ``before`` with the step's state ``j + 1`` appended (``{"skip": j + 1, "part": part}``
+    in a part of a lane's first window) and high water ``hw``. No tuple per item: a mark
+    holds a chunk's ``Cursor``, which the garbage collector must then track, and windows
+    buffered ahead made full collections frequent enough to hold up a consumer."""
+
+    before: Mark
+    hw: Position
+    part: int | None
+    first: int
+    refs_list: list[Any]
+
+    def refs(self) -> list[Any]:
+        return self.refs_list
+
+    def ref(self, i: int) -> Any:
+        return self.refs_list[i]
+
+    def mark(self, i: int) -> Mark:
+        s = self.first + i + 1
+        state = s if self.part is None else {"skip": s, "part": self.part}
+        lane, cursor, delivered, ops, _ = self.before
+        return (lane, cursor, delivered, (*ops, state), self.hw)
+
+    def marks(self) -> list[Any]:
+        return [self.mark(i) for i in range(len(self.refs_list))]
+
+    def slice(self, at: int, end: int) -> WindowRows:
+        return WindowRows(self.before, self.hw, self.part, self.first + at,
+                          self.refs_list[at:end])  # fmt: skip
 
 
 class Interleaved:
@@ -175,7 +210,7 @@ class Block:
         nbytes: int = 0,
         extra: dict[str, Any] | None = None,
         *,
-        rows: ChunkRows | Interleaved | None = None,
+        rows: ChunkRows | WindowRows | Interleaved | None = None,
     ) -> None:
         if rows is None and (refs is None or marks is None):
             raise TypeError("a Block needs refs and marks, or rows")
@@ -218,6 +253,8 @@ class Block:
         one: what a consumer that received them has moved each lane on by."""
         if self._marks is None and isinstance(self._rows, Interleaved):
             return self._rows.progress(lo, hi)
+        if self._marks is None and isinstance(self._rows, WindowRows):
+            return {self._rows.before[0]: (hi - lo, self.mark(hi - 1))} if hi > lo else {}
         out: dict[int, tuple[int, Mark]] = {}
         for mark in self.marks[lo:hi]:
             had = out.get(mark[0], (0, mark))[0]
@@ -256,7 +293,8 @@ class Block:
         n = len(self.items)
         nbytes = self.nbytes * end // n - self.nbytes * at // n
         extra = self.extra if end == n else {}
-        rows = self._rows if isinstance(self._rows, ChunkRows) and self._refs is None else None
+        rows = (self._rows if isinstance(self._rows, ChunkRows | WindowRows) and self._refs is None
+                else None)  # fmt: skip
         if rows is not None:
             part = rows.slice(at, end)
             return Block(self.lane, self.items[at:end], nbytes=nbytes, extra=extra, rows=part)

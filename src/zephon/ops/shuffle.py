@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.ops.block import Block, Mark, high_water
+from zephon.ops.block import Block, Mark, WindowRows, high_water
 from zephon.plan.permute import key_of, permute
 
 __all__ = ["REPLAYED", "first_parts", "replay_skips", "shuffle_blocks", "start_mark", "windowed"]
@@ -95,7 +95,7 @@ async def windowed(
     skip, part = _parse(state, parts)
     items: list[Any] = []
     refs: list[Any] = []
-    marks: list[Mark] = []
+    last: Mark = before  # the mark of the window's last input so far
 
     def capacity() -> int:
         if part is None:
@@ -103,18 +103,14 @@ async def windowed(
         return parts[part] - (parts[part - 1] if part else 0)
 
     def emit() -> Block:
-        nonlocal before, skip, items, refs, marks, part
+        nonlocal before, skip, items, refs, part
         out, out_refs = transform(before, items, refs, capacity())
         if any(x is REPLAYED for x in out[skip:]):  # the skips were computed for this window
             raise RuntimeError("shuffle: a restored window would deliver a skipped item")
-        lane_, cursor, delivered, ops, _ = before
-        hw = high_water(marks[-1])
-        states = (range(1, len(out) + 1) if part is None
-                  else [{"skip": j + 1, "part": part} for j in range(len(out))])  # fmt: skip
-        out_marks: list[Mark] = [(lane_, cursor, delivered, (*ops, s), hw) for s in states]
-        block = Block(lane, out[skip:], out_refs[skip:], out_marks[skip:])
-        before, skip = marks[-1], 0
-        items, refs, marks = [], [], []
+        rows = WindowRows(before, high_water(last), part, skip, out_refs[skip:])
+        block = Block(lane, out[skip:], rows=rows)
+        before, skip = last, 0
+        items, refs = [], []
         if part is not None:
             part = part + 1 if part + 1 < len(parts) else None
         return block
@@ -122,10 +118,14 @@ async def windowed(
     room = capacity()
     async for block in blocks:
         ready: list[Block] = []
-        for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
-            items.append(item)
-            refs.append(ref)
-            marks.append(mark)
+        n, at = len(block.items), 0
+        block_refs = block.refs
+        while at < n:
+            take = min(room - len(items), n - at)
+            items += block.items[at : at + take]
+            refs += block_refs[at : at + take]
+            at += take
+            last = block.mark(at - 1)
             if len(items) == room:
                 ready.append(emit())
                 room = capacity()
@@ -133,9 +133,9 @@ async def windowed(
             if b.items:
                 yield b
     if items:
-        last = emit()
-        if last.items:
-            yield last
+        final = emit()
+        if final.items:
+            yield final
 
 
 def shuffle_blocks(

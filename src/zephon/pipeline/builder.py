@@ -362,6 +362,8 @@ class Pipeline(TextSteps, ImageSteps):
             self._all_received()
         except Escaped as exc:  # a user function's KeyboardInterrupt or SystemExit
             raise exc.original from None
+        finally:
+            self._received.release()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._aiter(progress=False)
@@ -391,21 +393,19 @@ class Pipeline(TextSteps, ImageSteps):
             raise exc.original from None
         finally:
             bridge.close()
+            self._received.release()
 
     def _in_child(self, progress: bool) -> Generator[Any, None, None]:
         if not self._resume.lanes:
             self._received = state.Received()  # a fresh start, as in-thread
         self._child_state = None
         convert = self.spec.convert
-        child = self._child = ProcessEngine(self, progress, self._set_child_state)
+        child = self._child = ProcessEngine(self, progress, partial(setattr, self, "_child_state"))
         try:
             for item in child:
                 yield item if convert is None else convert(item)
         finally:
             child.close()
-
-    def _set_child_state(self, checkpoint: dict[str, Any]) -> None:
-        self._child_state = checkpoint
 
     async def aclose(self) -> None:
         """Stop every running iteration of this pipeline."""

@@ -47,7 +47,7 @@ def build_lane(
     residues = resume.get("residues", []) if resume is not None else []
     if residues:
         assert resume is not None
-        head = block_channel(LANE_CHANNEL, spec)
+        head = res.track(block_channel(LANE_CHANNEL, spec))
         name = f"handover[{lane}]"
         stats = res.stats(name)
         tg.create_task(stage(name, stats, _handover(tg, spec, res, lane, resume, history, head,
@@ -78,7 +78,7 @@ def _segment(
     # The lane may read further ahead by what its first step takes from assembly, or, if
     # that step runs on workers, by what the lane delivers (see start_steps).
     on_take = None if grows_on_output(spec) else grower(budget)
-    current = block_channel(LANE_CHANNEL, spec, on_take=on_take)
+    current = res.track(block_channel(LANE_CHANNEL, spec, on_take=on_take))
     name = f"assemble[{tag}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
@@ -141,7 +141,7 @@ def _fetch(
 
     source = spec.source
     groups = group_requests(requests, source.coalesce_gap_bytes, source.max_request_bytes)
-    fetched: Channel[list[Fetched]] = Channel(spec.max_inflight_requests)
+    fetched: Channel[list[Fetched]] = res.track(Channel(spec.max_inflight_requests))
     name = f"fetch[{lane}]"
     stats = res.stats(name, str(spec.max_inflight_requests))
     body = ordered(tg, groups, read, fetched, spec.max_inflight_requests, stats,
@@ -164,7 +164,7 @@ def _decode(
         return DecodeJob(ds.codec, ds.shards[r.shard], ds.indexes[r.shard], f.blob.parts,
                          r.samples, skip, res.storages[r.dataset].cache)  # fmt: skip
 
-    decoded: Channel[Decoded] = Channel(max(2, spec.decode_processes * 2))
+    decoded: Channel[Decoded] = res.track(Channel(max(2, spec.decode_processes * 2)))
     name = f"decode[{lane}]"
     stats = res.stats(name, str(spec.decode_processes or 1))
     pool = res.pool_for(spec.decode_executor)

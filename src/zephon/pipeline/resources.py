@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from zephon.engine.channel import Channel
 from zephon.engine.pool import WorkerPool
@@ -23,6 +23,8 @@ from zephon.storage import ManagedStorage
 from zephon.storage.gate import CapacityGate
 
 __all__ = ["LANE_CHANNEL", "Resources", "block_channel", "counted"]
+
+T = TypeVar("T")
 
 LANE_CHANNEL = 4  # blocks buffered between two stages of a lane (fewer if they are large)
 
@@ -44,6 +46,19 @@ class Resources:
     remote: dict[Any, RayPool] = field(default_factory=dict)  # per Ray executor, its actors
     # Per lane, set when it may start fetching (absent: at once); see ``Run`` (start order).
     starts: dict[int, asyncio.Event] = field(default_factory=dict)
+    channels: list[Channel[Any]] = field(default_factory=list)  # emptied when the run ends
+
+    def track(self, channel: Channel[T]) -> Channel[T]:
+        """``channel``, to be emptied when the run ends (:meth:`discard`)."""
+        self.channels.append(channel)
+        return channel
+
+    def discard(self) -> None:
+        """Drop what the run's channels still buffer. A cancelled run's frames stay alive in
+        reference cycles (a task group's exceptions and their tracebacks) until a full
+        garbage collection; its buffered blocks should not stay with them."""
+        for channel in self.channels:
+            channel.discard()
 
     def pool_for(self, executor: Any) -> Any:
         """Where a step's blocks go: its Ray actors, or the pipeline's process pool."""

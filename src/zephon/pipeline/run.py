@@ -74,6 +74,11 @@ class Run:
         if task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # What the consumer will never take goes now, not at the next full garbage
+        # collection: the task's exception holds the frames that hold this run (a cycle),
+        # and the pipeline keeps its last run for stats().
+        self.task = None
+        self.output.discard()
 
     def stop_threadsafe(self) -> None:
         if self.loop is not None and self.task is not None and not self.task.done():
@@ -121,6 +126,7 @@ class Run:
             self.output.close(first_error(group))
         finally:
             self.output.close()
+            res.discard()
             await self._release(res)
 
     @staticmethod

@@ -72,6 +72,13 @@ class Received:
         self.ended = self.ended | block.extra.get("ended", frozenset())
         self.settled = self.taken
 
+    def release(self) -> None:
+        """Settle, then let go of the open block: the iteration is over, and its items (and
+        the lane blocks a merged block refers to) should not outlive it."""
+        self.settle()
+        self.block, self.settled = None, 0
+        self._left, self._size = iter(()), 0
+
 
 @dataclass
 class Resume:

@@ -79,8 +79,8 @@ def start_steps(
         if replay is not None and step is spec.steps[replay[0]]:
             current = _mark_replayed(tg, spec, res, tag, current, replay[1])
         source = current
-        out = block_channel(LANE_CHANNEL, spec,
-                            on_take=grower(budget) if grow_at in runs else None)  # fmt: skip
+        out = res.track(block_channel(LANE_CHANNEL, spec,
+                            on_take=grower(budget) if grow_at in runs else None))  # fmt: skip
         name = f"{label}[{tag}]"
         stats = res.stats(name, str(step.processes or 1))
         if step.kind in STATEFUL:
@@ -159,7 +159,7 @@ def _mark_replayed(
 ) -> Channel[Block]:  # fmt: skip
     """The lane's items with those at positions ``skips`` (counted from the restored window's
     start) replaced by :data:`REPLAYED`."""
-    out = block_channel(LANE_CHANNEL, spec)
+    out = res.track(block_channel(LANE_CHANNEL, spec))
     name = f"replay[{tag}]"
     stats = res.stats(name)
     positions = skips.tolist()
