@@ -8,7 +8,9 @@ a fresh process with an empty local cache, through a latency proxy in its own pr
 +30 ms per request), in the main process and with 2 workers. Printed per run (median of
 ``--rounds`` by wall time): time to the first sample, samples/s over the epoch (start-up
 included), peak resident memory of all its processes, local disk left behind, requests and bytes
-fetched, and the epoch's wall time against Zephon's JSONL row and LitData's.
+fetched, and the epoch's wall time against Zephon's JSONL row and LitData's. The last row,
+``Floor``, is no reader: the JSONL objects fetched whole, all at once, lines counted and
+nothing parsed, the least any reader of this data through this server needs.
 
 The venvs (``.venv-peers/<peer>``, torch pinned to 2.13.0) are created on first use.
 
@@ -124,6 +126,7 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
     ("MosaicML Streaming 0.13.0", "mosaic", "mosaic", "mds", {}),
     ("WebDataset 1.0.2 (http)", "webdataset", "webdataset", "wds", {}),
     ("original zephon 0.2.0", "zephon-0.2.0", "zephon-0.2.0", "jsonl", {}),
+    ("Floor: JSONL bytes, no parsing", None, "floor", "jsonl", {}),
 ]
 
 
