@@ -8,9 +8,10 @@ data after the first batch, the p99 and max wait, and the first batch's time. La
 batch after ``restore()`` of a mid-run checkpoint against a fresh start.
 
 ``--light``: the same data without tokenizing or packing (``shuffle(1024).batch(16)``), a
-loader many times faster than any of the consumers.
+loader many times faster than any of the consumers. ``--engine process``: the pipeline in a
+child process (its garbage collections and its hold on the GIL stay there).
 
-    .venv/bin/python benchmarks/stall.py [--batches 120] [--light]
+    .venv/bin/python benchmarks/stall.py [--batches 120] [--light] [--engine process]
 """
 
 from __future__ import annotations
@@ -52,15 +53,15 @@ def setup(endpoint: Any) -> Any:
     return tok
 
 
-def build(tok: Any, light: bool = False) -> Any:
+def build(tok: Any, light: bool = False, engine: str = "thread") -> Any:
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
     ds = Dataset.from_path("web", "s3://stall/web/")
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=None)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=4, engine=engine)
     if light:
-        return Pipeline(ws, rank=0, world_size=1, lanes=4).shuffle(1024).batch(16)
-    return (Pipeline(ws, rank=0, world_size=1, lanes=4).tokenize(tok).shuffle(1024)
-            .pack(2048).batch(8))  # fmt: skip
+        return pipe.shuffle(1024).batch(16)
+    return pipe.tokenize(tok).shuffle(1024).pack(2048).batch(8)
 
 
 def consume(pipe: Any, batches: int, step_s: float) -> dict[str, float]:
@@ -98,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=120)
     parser.add_argument("--light", action="store_true", help="no tokenize/pack: a fast loader")
+    parser.add_argument("--engine", choices=["thread", "process"], default="thread")
     args = parser.parse_args()
     server = MotoServer()
     endpoint = server.start()
@@ -108,7 +110,7 @@ def main() -> None:
         os.environ.update({"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": endpoint.key,
                            "AWS_SECRET_ACCESS_KEY": endpoint.secret,
                            "AWS_DEFAULT_REGION": "us-east-1"})  # fmt: skip
-        alone = consume(build(tok, args.light), args.batches * 2, 0.0)
+        alone = consume(build(tok, args.light, args.engine), args.batches * 2, 0.0)
         print(
             f"# loader alone: {alone['rate']:.0f} batches/s over the second half; first batch "
             f"{alone['first']:.2f} s; {args.batches * 2} batches in {alone['total']:.2f} s"
@@ -118,7 +120,7 @@ def main() -> None:
               f"{'second half':>12}  target (< 1% waiting if capacity >= 2x demand)")  # fmt: skip
         for step_ms in (5, 20, 100):
             n = max(30, min(args.batches, int(12_000 / step_ms)))
-            r = consume(build(tok, args.light), n, step_ms / 1000)
+            r = consume(build(tok, args.light, args.engine), n, step_ms / 1000)
             ratio = alone["rate"] * step_ms / 1000  # the loader's capacity over the demand
             verdict = ("met" if r["share"] < 0.01 else "NOT met") if ratio >= 2 else "n/a"
             print(
@@ -126,14 +128,14 @@ def main() -> None:
                 f"{r['p99'] * 1000:>7.0f}ms {r['max'] * 1000:>7.0f}ms {r['first']:>11.2f}s "
                 f"{r['steady']:>24.1%} {r['late']:>11.1%}  {verdict} (capacity {ratio:.1f}x)"
             )
-        pipe = build(tok, args.light)
+        pipe = build(tok, args.light, args.engine)
         it = pipe.iter()
         for _ in range(40):
             next(it)
         state = pipe.checkpoint()
         pipe.close()
-        fresh = consume(build(tok, args.light), 2, 0.0)["first"]
-        again = build(tok, args.light)
+        fresh = consume(build(tok, args.light, args.engine), 2, 0.0)["first"]
+        again = build(tok, args.light, args.engine)
         again.restore(state)
         restored = consume(again, 2, 0.0)["first"]
         print(

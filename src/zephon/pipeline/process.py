@@ -24,6 +24,7 @@ import dataclasses
 import gc
 import multiprocessing as mp
 import pickle
+import queue
 import sys
 import threading
 import traceback
@@ -40,7 +41,10 @@ from zephon.pipeline.bridge import new_loop
 
 __all__ = ["ProcessEngine", "aiterate"]
 
-SLOTS = 4  # items prepared ahead of the consumer
+SLOTS = 4  # items with shared-memory arrays prepared ahead of the consumer
+AHEAD = 16  # items queued for the data pipe at most (and about AHEAD_BYTES of them)
+AHEAD_BYTES = 16 << 20
+_RECEIVED = 2  # items received ahead of the consumer in the parent
 _ALIGN = 64
 _MIN_ARRAY = 256  # smaller arrays travel pickled: a slot write costs more than they do
 
@@ -145,6 +149,53 @@ class _Slots:
                     shm.unlink()
 
 
+class _Sender:
+    """Sends the child's messages from a thread of its own, at most ``AHEAD`` (about
+    ``AHEAD_BYTES``) queued. Sent from the event loop, a message that found the pipe full
+    blocked the whole pipeline until the consumer came back: a consumer that slept between
+    items then waited for any pause of the child longer than the item or two a pipe holds."""
+
+    def __init__(self, data: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.data, self.loop = data, loop
+        self.queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.held = [0, 0]  # messages, bytes queued
+        self.room = asyncio.Event()
+        self.room.set()
+        self.broken = False
+        self.thread = threading.Thread(target=self._run, name="zephon-send", daemon=True)
+        self.thread.start()
+
+    async def send(self, payload: bytes) -> None:
+        while self.held[0] >= AHEAD or (self.held[0] and self.held[1] >= AHEAD_BYTES):
+            self.room.clear()
+            await self.room.wait()
+        self.held[0] += 1
+        self.held[1] += len(payload)
+        self.queue.put(payload)
+
+    def _sent(self, size: int) -> None:
+        self.held[0] -= 1
+        self.held[1] -= size
+        self.room.set()
+
+    def _run(self) -> None:
+        while (payload := self.queue.get()) is not None:
+            if not self.broken:
+                try:
+                    self.data.send_bytes(payload)
+                except OSError:  # the parent closed its end: it wants nothing more
+                    self.broken = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self.loop.call_soon_threadsafe(self._sent, len(payload))
+
+    def finish(self, last: bytes | None = None) -> None:
+        """Send ``last`` after everything queued, and wait until all of it is sent."""
+        if last is not None:
+            self.queue.put(last)
+        self.queue.put(None)
+        self.thread.join()
+
+
 def _child(blob: bytes, data: Connection, control: Connection, progress: bool) -> None:
     """The child: run the pipeline on this thread's event loop (one thread: no handing the
     interpreter lock back and forth), send each item with its checkpoint."""
@@ -185,25 +236,26 @@ async def _produce(pipe: Any, data: Connection, control: Connection, progress: b
                 return
 
     threading.Thread(target=serve_control, name="zephon-control", daemon=True).start()
+    sender = _Sender(data, loop)
+    last: bytes | None = None
     try:
         async with contextlib.aclosing(pipe.aiter(progress)) as items:
             async for item in items:
                 arrays: list[np.ndarray] = []
                 rest = _split(item, arrays)
                 slot, name = await slots.write(arrays, rest) if arrays else (-1, "")
-                data.send_bytes(pickle.dumps(("item", slot, name, rest, pipe.checkpoint()), 5))
-        data.send_bytes(pickle.dumps(("end", pipe.checkpoint(), pipe.stats()), 5))
+                await sender.send(pickle.dumps(("item", slot, name, rest, pipe.checkpoint()), 5))
+        last = pickle.dumps(("end", pipe.checkpoint(), pipe.stats()), 5)
     except asyncio.CancelledError:
         pass
     except BaseException as exc:
         text = "".join(traceback.format_exception(exc))
         try:
-            payload = pickle.dumps(("error", exc, text), 5)
+            last = pickle.dumps(("error", exc, text), 5)
         except Exception:
-            payload = pickle.dumps(("error", None, text), 5)
-        with contextlib.suppress(OSError):
-            data.send_bytes(payload)
+            last = pickle.dumps(("error", None, text), 5)
     finally:
+        await asyncio.to_thread(sender.finish, last)
         slots.close()
 
 
@@ -217,7 +269,9 @@ def _close_open() -> None:
 
 
 class ProcessEngine:
-    """One run of a pipeline in a child process, iterated here (see the module docstring)."""
+    """One run of a pipeline in a child process, iterated here (see the module docstring).
+    A thread receives items (unpickled, arrays copied out) a couple ahead: the consumer does
+    not wait 0.1-0.5 ms a batch for that, it happens while it works on the last one."""
 
     def __init__(self, pipeline: Any, progress: bool, on_item: Callable[[Any], None]) -> None:
         if mp.current_process().daemon:
@@ -247,30 +301,61 @@ class ProcessEngine:
         self._segments: dict[str, SharedMemory] = {}
         self._on_item = on_item  # told each item's checkpoint
         self.final_stats: dict[str, Any] | None = None
+        self._received: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._room = threading.Semaphore(_RECEIVED)
+        self._control_lock = threading.Lock()  # the receiver frees slots, stats() asks
+        self._closing = False
+        self._receiver = threading.Thread(target=self._receive, name="zephon-receive",
+                                          daemon=True)  # fmt: skip
+        self._receiver.start()
 
     def __iter__(self) -> Iterator[Any]:
         while True:
-            try:
-                message = pickle.loads(self._data.recv_bytes())
-            except (EOFError, OSError):
+            kind, payload = self._received.get()
+            self._room.release()
+            if kind == "item":
+                self._on_item(payload[1])
+                yield payload[0]
+            elif kind == "end":
+                self._on_item(payload[0])
+                self.final_stats = payload[1]
+                return
+            elif kind == "error":
+                raise payload
+            else:
                 self._proc.join(timeout=5)
                 raise WorkerCrashed(
                     f"the pipeline's process died (exit code {self._proc.exitcode})"
                 ) from None
-            kind = message[0]
-            if kind == "item":
+
+    def _receive(self) -> None:
+        """The receiver thread: messages in order, as (kind, payload), into ``_received``;
+        once closing, the rest read and dropped until the child has gone."""
+        while True:
+            if not self._closing:
+                self._room.acquire()
+            try:
+                data = self._data.recv_bytes()
+            except (EOFError, OSError):
+                self._received.put(("died", None))
+                return
+            if self._closing:
+                continue
+            message = pickle.loads(data)
+            if message[0] == "item":
                 _, slot, name, rest, checkpoint = message
                 item = rest if slot < 0 else _join(rest, self._buffer(name))
                 if slot >= 0:
-                    self._control.send(("free", slot))
-                self._on_item(checkpoint)
-                yield item
-            elif kind == "end":
-                self._on_item(message[1])
-                self.final_stats = message[2]
-                return
+                    self._send_control(("free", slot))
+                self._received.put(("item", (item, checkpoint)))
+            elif message[0] == "end":
+                self._received.put(("end", message[1:]))
             else:
-                raise _rebuilt(message[1], message[2])
+                self._received.put(("error", _rebuilt(message[1], message[2])))
+
+    def _send_control(self, message: tuple[str, Any]) -> None:
+        with self._control_lock, contextlib.suppress(OSError):
+            self._control.send(message)
 
     def _buffer(self, name: str) -> memoryview:
         shm = self._segments.get(name)
@@ -285,31 +370,34 @@ class ProcessEngine:
         """The child's counters, asked now (the last ones once it has finished)."""
         if self.final_stats is not None or not self._proc.is_alive():
             return self.final_stats or {}
-        try:
-            self._control.send(("stats", None))
-            if self._control.poll(10):
-                stats: dict[str, Any] = self._control.recv()
-                return stats
-        except (EOFError, OSError):
-            pass
+        with self._control_lock:
+            try:
+                self._control.send(("stats", None))
+                if self._control.poll(10):
+                    stats: dict[str, Any] = self._control.recv()
+                    return stats
+            except (EOFError, OSError):
+                pass
         return self.final_stats or {}
 
     def close(self) -> None:
         """Stop the child and release the shared memory."""
         _OPEN.discard(self)
-        with contextlib.suppress(OSError):
-            self._control.send(("stop", None))
-        self._data.close()  # a child blocked sending an item gets a broken pipe, and stops
+        self._closing = True
+        self._send_control(("stop", None))
+        self._room.release()  # the receiver drains the data pipe until the child has gone
         self._proc.join(timeout=10)
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join()
+        self._receiver.join(timeout=10)  # at the child's end (a process it left may hold it)
         for shm in self._segments.values():
             shm.close()
             with contextlib.suppress(FileNotFoundError):
                 shm.unlink()  # gone already unless the child could not clean up
         self._segments.clear()
-        self._data.close()
+        if not self._receiver.is_alive():
+            self._data.close()
         self._control.close()
 
 
