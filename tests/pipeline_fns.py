@@ -176,3 +176,22 @@ def with_pass(sample: dict[str, Any]) -> dict[str, Any]:
     import zephon
 
     return {**sample, "pass": zephon.sample_pass()}
+
+
+class OnlyInChild:
+    """Pickles anywhere, unpickles only in a child process (not in the test's own)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _only_in_child, ()
+
+
+def _only_in_child() -> OnlyInChild:
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None:
+        raise ValueError("this object unpickles only in a child process")
+    return OnlyInChild()
+
+
+def with_only_in_child(sample: dict[str, Any]) -> dict[str, Any]:
+    return {**sample, "odd": OnlyInChild()}

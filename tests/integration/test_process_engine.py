@@ -90,6 +90,13 @@ def test_a_child_that_dies_is_worker_crashed(docs: Dataset) -> None:
         list(pipe)
 
 
+def test_an_item_that_does_not_unpickle_here_raises_instead_of_hanging(docs: Dataset) -> None:
+    ws = StaticMixtureWorkSource([docs], seed=5, stop_after_passes=1)
+    pipe = Pipeline(ws, rank=0, world_size=1, engine="process").map(fns.with_only_in_child)
+    with pytest.raises(ValueError, match="unpickles only in a child"):
+        list(pipe)
+
+
 def test_functions_must_pickle(docs: Dataset) -> None:
     with pytest.raises(ConfigError, match="must pickle"):
         iter(build(docs, "process", lambda s: s)).__next__()

@@ -9,10 +9,9 @@ rest of the item (strings, small values) travels pickled beside it, with the ite
 checkpoint. The trainer's interpreter lock is then spent on the training step alone: a consumer
 that holds the GIL no longer slows fetching and decoding, and theirs no longer slows it.
 
-The child sends, per item, the JSON checkpoint of "everything up to this item received", so
-``checkpoint()`` here is exact whatever the child has prepared ahead; ``stats()`` asks the
-child; an error raised there is raised here with its type, message and notes (and the child's
-traceback as a note). The child exits when its parent does (its control pipe closes).
+Each item comes with the JSON checkpoint of "everything up to it received": ``checkpoint()``
+here is exact however far ahead the child is. ``stats()`` asks the child; its errors are
+raised here with their type, message, notes and its traceback (a note). It exits with us.
 """
 
 from __future__ import annotations
@@ -169,13 +168,11 @@ class _Sender:
         while self.held[0] >= AHEAD or (self.held[0] and self.held[1] >= AHEAD_BYTES):
             self.room.clear()
             await self.room.wait()
-        self.held[0] += 1
-        self.held[1] += len(payload)
+        self.held[0], self.held[1] = self.held[0] + 1, self.held[1] + len(payload)
         self.queue.put(payload)
 
     def _sent(self, size: int) -> None:
-        self.held[0] -= 1
-        self.held[1] -= size
+        self.held[0], self.held[1] = self.held[0] - 1, self.held[1] - size
         self.room.set()
 
     def _run(self) -> None:
@@ -341,17 +338,21 @@ class ProcessEngine:
                 return
             if self._closing:
                 continue
-            message = pickle.loads(data)
-            if message[0] == "item":
-                _, slot, name, rest, checkpoint = message
-                item = rest if slot < 0 else _join(rest, self._buffer(name))
-                if slot >= 0:
-                    self._send_control(("free", slot))
-                self._received.put(("item", (item, checkpoint)))
-            elif message[0] == "end":
-                self._received.put(("end", message[1:]))
-            else:
-                self._received.put(("error", _rebuilt(message[1], message[2])))
+            try:
+                self._received.put(self._unpack(pickle.loads(data)))
+            except Exception as exc:  # an item that does not unpickle here, say
+                self._received.put(("error", exc))
+
+    def _unpack(self, message: tuple[Any, ...]) -> tuple[str, Any]:
+        if message[0] == "item":
+            _, slot, name, rest, checkpoint = message
+            item = rest if slot < 0 else _join(rest, self._buffer(name))
+            if slot >= 0:
+                self._send_control(("free", slot))
+            return "item", (item, checkpoint)
+        if message[0] == "end":
+            return "end", message[1:]
+        return "error", _rebuilt(message[1], message[2])
 
     def _send_control(self, message: tuple[str, Any]) -> None:
         with self._control_lock, contextlib.suppress(OSError):
