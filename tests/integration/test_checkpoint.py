@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -350,3 +351,39 @@ def test_a_checkpoint_inside_the_last_block_resumes_its_rest(
     again.restore(state)
     rest = [x["id"] for x in again]
     assert len(rest) == 35 and sorted(got + rest) == list(range(40))
+
+
+def test_a_relaned_restore_whose_lanes_start_in_turn_always_finishes() -> None:
+    """A restored run starts its lanes in turn. A lane's first read waited for its turn
+    inside the read, where the lane's second read, started once the turn had come, could
+    overtake it: it took the lane's (slow-starting) fetch budget and, delivered in order
+    behind the first, never gave it back. Timing-dependent, so the run is repeated; each
+    must end (found by the hypothesis re-laning test; this is its shrunk example)."""
+
+    async def consume(pipe: Pipeline, limit: int | None) -> list[Any]:
+        got: list[Any] = []
+        async for item in pipe:
+            got.append(item["id"])
+            if len(got) == limit:
+                break
+        return got
+
+    ids = [list(range(54)), [100_000 + i for i in range(137)]]
+    ds = [Dataset.from_records(f"d{d}", [{"id": i} for i in ids[d]], samples_per_shard=per)
+          for d, per in ((0, 54), (1, 32))]  # fmt: skip
+    for _ in range(5):
+        state: dict[str, Any] | None = None
+        got: list[Any] = []
+        for (lanes, world), limits in (((1, 1), [10]), ((4, 2), [21, 12]), ((3, 1), [None])):
+            states = []
+            for rank in range(world):
+                ws = StaticMixtureWorkSource(ds, seed=5, chunk_size=32, shuffle="block",
+                                             exhausted_policy="stop")  # fmt: skip
+                pipe = (Pipeline(ws, rank=rank, world_size=world, lanes=lanes)
+                        .apply(fns.Delay()).map(fns.undelay))  # fmt: skip
+                if state is not None:
+                    pipe.restore(state)
+                got += asyncio.run(asyncio.wait_for(consume(pipe, limits[rank]), 60))
+                states.append(pipe.checkpoint())
+            state = Pipeline.merge_checkpoints(states)
+        assert sorted(got) == ids[0] + ids[1]  # each exactly once
