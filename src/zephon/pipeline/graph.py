@@ -25,13 +25,7 @@ from zephon.ops.block import Block, ChunkRows, Mark, Residue
 from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed, passes_column
 from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_group
 from zephon.pipeline.handover import residue_end, residue_resume
-from zephon.pipeline.resources import (
-    LANE_CHANNEL,
-    FirstReads,
-    Resources,
-    block_channel,
-    counted,
-)
+from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.steps import grower, grows_on_output, start_steps
 from zephon.refs import Cursor, RangeRequest
@@ -78,9 +72,8 @@ def _segment(
     )  # fmt: skip
     budget = res.budgets[lane if owner is None else owner]  # the share of the lane it feeds
     holding: list[Cursor | None] = [None]  # the chunk the assembler holds items of, if any
-    first = (res.first_reads, lane) if res.first_reads is not None and owner is None else None
     fetched = _fetch(tg, spec, res, tag, requests, budget,
-                     res.starts.get(lane if owner is None else owner), holding, first)  # fmt: skip
+                     res.starts.get(lane if owner is None else owner), holding)  # fmt: skip
     decoded = _decode(tg, spec, res, tag, fetched)
     # The lane may read further ahead by what its first step takes from assembly, or, if
     # that step runs on workers, by what the lane delivers (see start_steps).
@@ -126,49 +119,34 @@ async def _handover(
 def _fetch(
     tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
     requests: AsyncIterator[RangeRequest], budget: CapacityGate, start: asyncio.Event | None,
-    holding: list[Cursor | None], first: tuple[FirstReads, int] | None = None,
+    holding: list[Cursor | None],
 ) -> Channel[list[Fetched]]:  # fmt: skip
     """Neighbouring requests grouped into storage reads, up to ``max_inflight_requests`` in
     flight, each holding its bytes in the budget until its samples leave decode. The first
-    read waits for ``start`` (the lane's turn to start), if given; with ``first`` (the run's
-    :class:`FirstReads`, this lane), later reads wait for every lane's first. Reads of the
-    chunk the assembler holds items of (``holding``) may use what it lends the budget."""
-    head: list[list[RangeRequest] | None] = [None]  # the lane's first read
+    read waits for ``start`` (the lane's turn to start), if given. Reads of the chunk the
+    assembler holds items of (``holding``) may use what it lends the budget."""
 
     async def read(group: list[RangeRequest]) -> list[Fetched]:
         # One reservation for the group's storage read (admitted alone if it exceeds the
         # budget); each request releases its share once decoded.
         reserved = group_reservations(group)
+        await budget.acquire(sum(reserved), lambda: any(r.cursor == holding[0] for r in group))
         try:
-            await budget.acquire(sum(reserved),
-                                 lambda: any(r.cursor == holding[0] for r in group))  # fmt: skip
-            try:
-                return await read_group(res.storages, group, reserved, res.range_cache)
-            except BaseException:
-                budget.release(sum(reserved))
-                raise
-        finally:
-            if first is not None and group is head[0]:
-                first[0].done(first[1])
+            return await read_group(res.storages, group, reserved, res.range_cache)
+        except BaseException:
+            budget.release(sum(reserved))
+            raise
 
     async def gated(groups: AsyncIterator[list[RangeRequest]]) -> AsyncIterator[
             list[RangeRequest]]:  # fmt: skip
-        # The waits happen here, as the reads are handed out one by one, never in the reads
-        # themselves: a read that waited there could be overtaken by the next one, which
+        # The wait happens here, before the first read is handed out, never in the read
+        # itself: a read that waited there could be overtaken by the next one, which
         # started after the wait was over, took the budget and, delivered in order behind
         # it, never gave it back (a restored run hung so, now and then).
-        count = 0
         async for group in groups:
-            if count == 0:
-                head[0] = group
-                if start is not None:
-                    await start.wait()
-            elif count == 1 and first is not None:
-                await first[0].all_done.wait()
-            count += 1
+            if start is not None:
+                await start.wait()
             yield group
-        if first is not None and count == 0:  # no read at all: nothing to wait for
-            first[0].done(first[1])
 
     source = spec.source
     groups = gated(group_requests(requests, source.coalesce_gap_bytes, source.max_request_bytes))

@@ -4,7 +4,7 @@ every stage uses."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -47,7 +47,6 @@ class Resources:
     # Per lane, set when it may start fetching (absent: at once); see ``Run`` (start order).
     starts: dict[int, asyncio.Event] = field(default_factory=dict)
     channels: list[Channel[Any]] = field(default_factory=list)  # emptied when the run ends
-    first_reads: FirstReads | None = None  # a fresh start of several lanes: see FirstReads
 
     def track(self, channel: Channel[T]) -> Channel[T]:
         """``channel``, to be emptied when the run ends (:meth:`discard`)."""
@@ -104,25 +103,6 @@ class Resources:
             self.ledger.add(*where, message)
         else:
             self.ledger.add("?", "?", -1, f"{message} (at {ref!r})")
-
-
-class FirstReads:
-    """Every lane's first read before any lane's second, at a fresh start of several lanes.
-    The merge takes the lanes in turn, so the consumer's second batch is the second lane's
-    first: a lane's later reads sent at once shared the store with the other lanes' first
-    reads and held them back (at 5 ms steps a consumer then waited 20-90 ms for lanes 2-4)."""
-
-    def __init__(self, lanes: Iterable[int]) -> None:
-        self.waiting = set(lanes)
-        self.all_done = asyncio.Event()
-        if not self.waiting:
-            self.all_done.set()
-
-    def done(self, lane: int) -> None:
-        """``lane``'s first read is back (or it has none)."""
-        self.waiting.discard(lane)
-        if not self.waiting:
-            self.all_done.set()
 
 
 def block_channel(

@@ -26,7 +26,7 @@ from zephon.ops.decode import SkipLedger
 from zephon.ops.fetch import RangeCache
 from zephon.ops.merge import merge_lanes
 from zephon.pipeline.graph import build_lane
-from zephon.pipeline.resources import FirstReads, Resources, block_channel
+from zephon.pipeline.resources import Resources, block_channel
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.state import Received, Resume, merge_start
 from zephon.storage import DiskCache, ManagedStorage
@@ -113,8 +113,6 @@ class Run:
                 first, ended = merge_start(spec, self.received)
                 order = _start_order(spec, first, ended) if self.resume.lanes else []
                 res.starts.update((lane, asyncio.Event()) for lane in order[1:])
-                if not self.resume.lanes and spec.deterministic and len(spec.my_lanes) > 1:
-                    res.first_reads = FirstReads(spec.my_lanes)  # a fresh start: see there
                 outs = [build_lane(tg, spec, res, lane, self.resume.lanes.get(lane),
                                    self.resume.history) for lane in spec.my_lanes]  # fmt: skip
                 position = {lane: i for i, lane in enumerate(spec.my_lanes)}
