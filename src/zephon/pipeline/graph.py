@@ -25,7 +25,7 @@ from zephon.ops.block import Block, ChunkRows, Mark, Residue
 from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed, passes_column
 from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_group
 from zephon.pipeline.handover import residue_end, residue_resume
-from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
+from zephon.pipeline.resources import Resources, counted
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.steps import grower, grows_on_output, start_steps
 from zephon.refs import Cursor, RangeRequest
@@ -47,7 +47,7 @@ def build_lane(
     residues = resume.get("residues", []) if resume is not None else []
     if residues:
         assert resume is not None
-        head = res.track(block_channel(LANE_CHANNEL, spec))
+        head = res.lane_channel(spec)
         name = f"handover[{lane}]"
         stats = res.stats(name)
         tg.create_task(stage(name, stats, _handover(tg, spec, res, lane, resume, history, head,
@@ -78,7 +78,7 @@ def _segment(
     # The lane may read further ahead by what its first step takes from assembly, or, if
     # that step runs on workers, by what the lane delivers (see start_steps).
     on_take = None if grows_on_output(spec) else grower(budget)
-    current = res.track(block_channel(LANE_CHANNEL, spec, on_take=on_take))
+    current = res.lane_channel(spec, on_take)
     name = f"assemble[{tag}]"
     stats = res.stats(name)
     tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,

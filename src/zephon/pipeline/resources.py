@@ -53,6 +53,13 @@ class Resources:
         self.channels.append(channel)
         return channel
 
+    def lane_channel(
+        self, spec: PipelineSpec, on_take: Callable[[Block], None] | None = None
+    ) -> Channel[Block]:
+        """A channel between two stages of a lane (:func:`block_channel` of
+        ``LANE_CHANNEL`` blocks), emptied when the run ends."""
+        return self.track(block_channel(LANE_CHANNEL, spec, on_take))
+
     def discard(self) -> None:
         """Drop what the run's channels still buffer. A cancelled run's frames stay alive in
         reference cycles (a task group's exceptions and their tracebacks) until a full

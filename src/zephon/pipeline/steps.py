@@ -25,7 +25,7 @@ from zephon.ops.objects import fetch_block
 from zephon.ops.pack import pack_blocks
 from zephon.ops.shuffle import REPLAYED, replay_skips, shuffle_blocks
 from zephon.ops.transform import Chain, apply_block, run_apply
-from zephon.pipeline.resources import LANE_CHANNEL, Resources, block_channel, counted
+from zephon.pipeline.resources import Resources, counted
 from zephon.pipeline.spec import STATEFUL, PipelineSpec, Step, fusable
 from zephon.storage.gate import CapacityGate
 
@@ -79,8 +79,7 @@ def start_steps(
         if replay is not None and step is spec.steps[replay[0]]:
             current = _mark_replayed(tg, spec, res, tag, current, replay[1])
         source = current
-        out = res.track(block_channel(LANE_CHANNEL, spec,
-                            on_take=grower(budget) if grow_at in runs else None))  # fmt: skip
+        out = res.lane_channel(spec, grower(budget) if grow_at in runs else None)
         name = f"{label}[{tag}]"
         stats = res.stats(name, str(step.processes or 1))
         if step.kind in STATEFUL:
@@ -159,7 +158,7 @@ def _mark_replayed(
 ) -> Channel[Block]:  # fmt: skip
     """The lane's items with those at positions ``skips`` (counted from the restored window's
     start) replaced by :data:`REPLAYED`."""
-    out = res.track(block_channel(LANE_CHANNEL, spec))
+    out = res.lane_channel(spec)
     name = f"replay[{tag}]"
     stats = res.stats(name)
     positions = skips.tolist()
