@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from collections.abc import AsyncIterator
 
 import numpy as np
+import pytest
 
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.formats.index import RecordIndex
 from zephon.formats.jsonl import JsonlCodec
 from zephon.ops.decode import DecodeJob, decode_job
@@ -130,3 +133,36 @@ async def test_range_cache_fetches_only_the_gaps_around_cached_ranges() -> None:
     assert storage.stats.bytes_read == 1000 + 500 + (500 + 1000 + 500)
     assert await cache.read(storage, "memory://b/k", v, 100, 3400) == data[100:3400]
     assert storage.stats.bytes_read == 3500  # all cached now
+
+
+async def test_the_opening_chunks_reads_do_not_wait_for_each_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lane's first chunk interleaves runs of several shards, and its first batch needs a
+    read of each: those reads go out together (two at first, by the request slow start),
+    not one per round trip as the byte slow start would have them."""
+    records = [{"id": i, "text": "x" * 2000} for i in range(8 * 64)]
+    ds = Dataset.from_records("r", records, samples_per_shard=64)
+    flight: list[int] = [0]
+    overlaps: list[tuple[int, int]] = []  # (read, reads in flight when it began)
+    real = MemoryBackend.get_range
+
+    async def get_range(self: MemoryBackend, uri: str, start: int, stop: int,
+                        version: str | None) -> tuple[bytes, int]:  # fmt: skip
+        flight[0] += 1
+        overlaps.append((len(overlaps), flight[0]))
+        try:
+            for _ in range(50):  # turns of the loop in which another read may begin
+                await asyncio.sleep(0)
+            return await real(self, uri, start, stop, version)
+        finally:
+            flight[0] -= 1
+
+    monkeypatch.setattr(MemoryBackend, "get_range", get_range)
+    ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
+    # An in-process map: the lane's byte slow start begins at one read at a time.
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=1).map(len)
+    got = [x async for x in pipe]
+    assert len(got) == 512
+    # The second read began while the first was in flight (alone, with the byte slow start).
+    assert overlaps[1][1] == 2, overlaps

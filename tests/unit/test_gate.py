@@ -148,6 +148,30 @@ async def test_a_loan_never_lifts_the_limit() -> None:
     await waiter
 
 
+async def test_a_whole_acquire_may_use_the_limit_but_not_beyond_it() -> None:
+    gate = CapacityGate(20, start=5)
+    await gate.acquire(5)
+    await gate.acquire(10, whole=True)  # past the slow start's 5: within the limit
+    plain = asyncio.create_task(gate.acquire(1))
+    await asyncio.sleep(0)
+    assert not plain.done() and gate.capacity == 5  # the slow start itself did not grow
+    whole = asyncio.create_task(gate.acquire(6, whole=True))
+    await asyncio.sleep(0)
+    assert not whole.done()  # first come, first served: behind the plain waiter
+    gate.release(10)
+    await asyncio.sleep(0)
+    assert not plain.done()  # 5 held of a capacity of 5
+    gate.release(5)
+    await plain
+    await whole
+    assert gate.held == 7
+    beyond = asyncio.create_task(gate.acquire(14, whole=True))
+    await asyncio.sleep(0)
+    assert not beyond.done()  # 7 + 14 > the limit of 20
+    gate.release(1)
+    await beyond
+
+
 def test_a_lane_on_workers_grows_by_what_it_delivers_or_before_a_step_that_holds_items() -> None:
     from tests import pipeline_fns as fns
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource

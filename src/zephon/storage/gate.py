@@ -37,7 +37,7 @@ class CapacityGate:
         self._capacity = capacity if start is None else max(1, min(start, capacity))
         self._held = 0
         self._lent = 0  # see lend()
-        self._waiters: deque[tuple[int, asyncio.Future[None], Borrow]] = deque()
+        self._waiters: deque[tuple[int, asyncio.Future[None], Borrow, bool]] = deque()
 
     @property
     def capacity(self) -> int:
@@ -51,20 +51,21 @@ class CapacityGate:
         self._capacity = self._limit = max(1, capacity)
         self._wake()
 
-    def _fits(self, n: int, borrow: Borrow) -> bool:
-        if self._held == 0 or self._held + n <= self._capacity:
+    def _fits(self, n: int, borrow: Borrow, whole: bool) -> bool:
+        if self._held == 0 or self._held + n <= (self._limit if whole else self._capacity):
             return True
         lent = self._lent if borrow is not None and self._lent and borrow() else 0
         return self._held + n <= min(self._limit, self._capacity + lent)
 
-    async def acquire(self, n: int = 1, borrow: Borrow = None) -> None:
+    async def acquire(self, n: int = 1, borrow: Borrow = None, whole: bool = False) -> None:
         """Hold ``n`` units once they fit. What is lent (:meth:`lend`) counts as room while
-        ``borrow()`` says so (asked each time the waiter is looked at)."""
-        if not self._waiters and self._fits(n, borrow):
+        ``borrow()`` says so (asked each time the waiter is looked at); with ``whole`` the
+        room is the limit, whatever the slow start has reached."""
+        if not self._waiters and self._fits(n, borrow, whole):
             self._held += n
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (n, fut, borrow)
+        entry = (n, fut, borrow, whole)
         self._waiters.append(entry)
         try:
             await fut
@@ -98,11 +99,11 @@ class CapacityGate:
 
     def _wake(self) -> None:
         while self._waiters:
-            n, fut, borrow = self._waiters[0]
+            n, fut, borrow, whole = self._waiters[0]
             if fut.done():
                 self._waiters.popleft()
                 continue
-            if not self._fits(n, borrow):
+            if not self._fits(n, borrow, whole):
                 return
             self._waiters.popleft()
             self._held += n
