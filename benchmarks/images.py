@@ -20,6 +20,7 @@ against a bare loop.
 
     .venv/bin/python benchmarks/images.py                         # parts 1 and 2
     .venv/bin/python benchmarks/images.py --peers --images 20000   # part 3
+    .venv/bin/python benchmarks/images.py --peers --only Zephon --rounds 3   # part 3, some rows
 """
 
 from __future__ import annotations
@@ -226,8 +227,10 @@ def prepare_peers(endpoint: Any, work: Path, data: list[bytes]) -> dict[str, int
     return sizes
 
 
-def part3(n: int, rounds: int) -> None:
+def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
     import peers
+
+    chosen = [r for r in PEER_ROWS if only is None or any(r[0].startswith(o) for o in only)]
 
     data = jpegs(n)
     bare = bare_rate(data)
@@ -239,8 +242,8 @@ def part3(n: int, rounds: int) -> None:
             proxy.start()
             runner = Path(__file__).parent / "peer_images.py"
             try:
-                runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in PEER_ROWS}
-                rows = [peers.with_presigned(r, endpoint, proxy.url, "images") for r in PEER_ROWS]
+                runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in chosen}
+                rows = [peers.with_presigned(r, endpoint, proxy.url, "images") for r in chosen]
                 for _ in range(rounds):  # rounds interleave the systems
                     for row in rows:
                         runs[row[0]].append(peers.run_one(row, proxy, endpoint, 2, work,
@@ -260,13 +263,15 @@ def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int
     def rate(r: dict[str, Any]) -> float:
         return r["samples"] / r["wall_s"] if "error" not in r else 0.0
 
-    best = max(rate(results[r[0]]) for r in PEER_ROWS if r[1] is not None)
+    rows = [r for r in PEER_ROWS if r[0] in results]
+    best = max((rate(results[r[0]]) for r in rows if r[1] is not None), default=0.0)
+    best = best or float("nan")  # no peer run (--only): ratios to it are left blank
     print(f"\n# 3. {n:,} JPEGs at +30 ms: decode -> random-resized-crop 224 -> flip -> batch "
           f"256, 2 worker processes, median of {rounds}; bare 2-process loop {bare:,.0f} "
           f"images/s; best peer {best:,.0f} images/s")  # fmt: skip
     print(f"{'system':<34} {'images/s':>9} {'x best peer':>11} {'x bare':>7} {'first':>7} "
           f"{'RSS MB':>7} {'disk MB':>8} {'requests':>8} {'MB fetched':>15}")  # fmt: skip
-    for label, _, _, prefix, _ in PEER_ROWS:
+    for label, _, _, prefix, _ in rows:
         r = results[label]
         if "error" in r:
             print(f"{label:<34} failed: {r['error'].strip().splitlines()[-1][:90]}")
@@ -286,9 +291,10 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true", help="part 3 only")
     parser.add_argument("--images", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=None, help="part 3: labels' first words")
     args = parser.parse_args()
     if args.peers:
-        part3(args.images, args.rounds)
+        part3(args.images, args.rounds, args.only)
         return
     part1()
     pipeline_vs_bare(4000)

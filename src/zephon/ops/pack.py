@@ -215,8 +215,8 @@ async def _concat(
         carry_refs = {int(d) - len(docs): ref(int(d)) for d in np.unique(doc[rest])}
         carry_doc = doc[rest] - len(docs)
         before = block.mark(len(block.items) - 1)
-        if rows:
-            yield Block(lane, rows, row_refs, row_marks)
+        if rows:  # the block's fetched bytes go with its rows (channels weigh them)
+            yield Block(lane, rows, row_refs, row_marks, block.nbytes)
     if carry and len(carry["input_ids"]):
         k = len(carry["input_ids"])
         seg = np.ones(k, dtype=bool)

@@ -95,22 +95,22 @@ async def windowed(
     skip, part = _parse(state, parts)
     items: list[Any] = []
     refs: list[Any] = []
+    held = 0.0  # the window's items' fetched bytes (channels weigh blocks by them)
     last: Mark = before  # the mark of the window's last input so far
 
     def capacity() -> int:
-        if part is None:
-            return size
-        return parts[part] - (parts[part - 1] if part else 0)
+        return size if part is None else parts[part] - (parts[part - 1] if part else 0)
 
     def emit() -> Block:
-        nonlocal before, skip, items, refs, part
+        nonlocal before, skip, items, refs, part, held
         out, out_refs = transform(before, items, refs, capacity())
         if any(x is REPLAYED for x in out[skip:]):  # the skips were computed for this window
             raise RuntimeError("shuffle: a restored window would deliver a skipped item")
         rows = WindowRows(before, high_water(last), part, skip, out_refs[skip:])
-        block = Block(lane, out[skip:], rows=rows)
+        block = Block(lane, out[skip:], nbytes=int(held * (len(out) - skip) / max(1, len(out))),
+                      rows=rows)  # fmt: skip
         before, skip = last, 0
-        items, refs = [], []
+        items, refs, held = [], [], 0.0
         if part is not None:
             part = part + 1 if part + 1 < len(parts) else None
         return block
@@ -119,11 +119,12 @@ async def windowed(
     async for block in blocks:
         ready: list[Block] = []
         n, at = len(block.items), 0
-        block_refs = block.refs
+        block_refs, per_item = block.refs, block.nbytes / max(1, n)
         while at < n:
             take = min(room - len(items), n - at)
             items += block.items[at : at + take]
             refs += block_refs[at : at + take]
+            held += per_item * take
             at += take
             last = block.mark(at - 1)
             if len(items) == room:
@@ -132,10 +133,8 @@ async def windowed(
         for b in ready:
             if b.items:
                 yield b
-    if items:
-        final = emit()
-        if final.items:
-            yield final
+    if items and (final := emit()).items:
+        yield final
 
 
 def shuffle_blocks(

@@ -250,16 +250,19 @@ async def run_apply(
         else:
             skip = int(entry)
     start = resume[0] if resume is not None else start_mark(lane, depth)
-    # mark: after the last input taken; before: before it; since: outputs produced since.
-    last: dict[str, Any] = {"mark": start, "before": start, "since": 0, "ref": None}
+    # mark: after the last input taken; before: before it; since: outputs produced since;
+    # per_item: fetched bytes per input of the latest block.
+    last: dict[str, Any] = {"mark": start, "before": start, "since": 0, "ref": None,
+                            "per_item": 0.0}  # fmt: skip
     produced: list[tuple[Any, Any, Any]] = []
     ready: list[Block] = []
 
     async def items() -> AsyncIterator[Any]:
         async for block in blocks:
             if produced:
-                ready.append(_block_of(lane, produced))
+                ready.append(_block_of(lane, produced, last["per_item"]))
                 produced.clear()
+            last["per_item"] = block.nbytes / len(block.items) if block.items else 0.0
             for item, ref, mark in zip(block.items, block.refs, block.marks, strict=True):
                 last["before"], last["mark"], last["since"], last["ref"] = (
                     last["mark"],
@@ -286,10 +289,12 @@ async def run_apply(
         while ready:
             yield ready.pop(0)
     if produced:
-        ready.append(_block_of(lane, produced))
+        ready.append(_block_of(lane, produced, last["per_item"]))
     for block in ready:
         yield block
 
 
-def _block_of(lane: int, produced: list[tuple[Any, Any, Any]]) -> Block:
-    return Block(lane, [p[0] for p in produced], [p[1] for p in produced], [p[2] for p in produced])
+def _block_of(lane: int, produced: list[tuple[Any, Any, Any]], per_item: float) -> Block:
+    """The outputs as a block, weighing the fetched bytes of as many inputs."""
+    return Block(lane, [p[0] for p in produced], [p[1] for p in produced],
+                 [p[2] for p in produced], int(per_item * len(produced)))  # fmt: skip
