@@ -12,9 +12,11 @@ import numpy as np
 from tests import pipeline_fns as fns
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.ops.block import Block
+from zephon.ops.objects import FetchField, fetch_block
 from zephon.ops.pack import Packing, pack_blocks
 from zephon.ops.shuffle import shuffle_blocks
 from zephon.ops.transform import run_apply
+from zephon.storage import MemoryStore, open_storage
 
 PER_ITEM = 1000
 
@@ -75,3 +77,17 @@ def test_a_lane_on_workers_with_a_shuffle_still_grows_its_read_ahead() -> None:
     start = pipe.spec.source.max_request_bytes
     # Grown by what the lane delivered: the batches after the shuffle weigh their documents.
     assert budget.capacity > start, (budget.capacity, start)
+
+
+async def test_objects_read_into_samples_weigh_in_their_block() -> None:
+    store = MemoryStore.default()
+    for i in range(8):
+        store.put(f"memory://weigh-objects/{i}.bin", b"z" * 5000)
+    records = [{"id": i, "obj": f"memory://weigh-objects/{i}.bin"} for i in range(8)]
+    ds = Dataset.from_records("objects", records, samples_per_shard=8)
+    block = _blocks(8, 8, lambda i: records[i])[0]
+    async with open_storage("memory://", {"store": store}) as storage:
+        out = await fetch_block(FetchField("obj", "data", None, 1 << 20), block, [storage],
+                                [ds], 4, None)  # fmt: skip
+    assert [x["data"] for x in out.items] == [b"z" * 5000] * 8
+    assert out.nbytes == PER_ITEM * 8 + 5000 * 8  # the rows' bytes and the objects'

@@ -49,8 +49,9 @@ async def fetch_block(
     step: FetchField, block: Block, storages: Sequence[ManagedStorage], datasets: Sequence[Any],
     limit: int, on_skip: Callable[[Any, str], None] | None,
 ) -> Block:  # fmt: skip
-    """``block`` with each sample's object read into it (in order); samples whose object is
-    missing are dropped and reported to ``on_skip`` when given, else raise."""
+    """``block`` with each sample's object read into it (in order), weighing their bytes as
+    well; samples whose object is missing are dropped and reported to ``on_skip`` when
+    given, else raise."""
     gate = asyncio.Semaphore(limit)
     provenance = block.provenance()
 
@@ -77,4 +78,6 @@ async def fetch_block(
     async with asyncio.TaskGroup() as tg:
         tasks = [tg.create_task(one(pos, item)) for pos, item in enumerate(block.items)]
     results = [t.result() for t in tasks]
-    return block.kept([r is not None for r in results], [r for r in results if r is not None])
+    out = block.kept([r is not None for r in results], [r for r in results if r is not None])
+    out.nbytes += sum(len(r[step.out]) for r in results if r is not None)  # channels weigh it
+    return out
