@@ -48,6 +48,10 @@ def train(
     resume: dict[str, Any] | None = None,
 ) -> tuple[list[float], dict[str, Any] | None]:
     torch.manual_seed(0)
+    # One thread: a bitwise comparison of losses needs kernels that sum in a fixed order,
+    # and a multi-threaded BLAS may split its sums by how busy the machine is (the losses
+    # after a resume once differed in the seventh digit while the test suite ran beside it).
+    torch.set_num_threads(1)
     model = TinyLM(vocab)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     pipe, step = build(), 0
