@@ -23,7 +23,9 @@ __all__ = [
     "SlowStart",
     "first_error",
     "ordered",
+    "spawn",
     "stage",
+    "start_stage",
     "timed_receive",
     "timed_send",
 ]
@@ -35,6 +37,32 @@ B = TypeVar("B")
 def _name_stage(exc: BaseException, name: str) -> None:
     if not any(str(n).startswith("zephon: in stage") for n in getattr(exc, "__notes__", ())):
         exc.add_note(f"zephon: in stage {name!r}")
+
+
+def spawn(tg: asyncio.TaskGroup, coro: Coroutine[Any, Any, A], *inner: Coroutine[Any, Any, Any]
+          ) -> asyncio.Task[A]:  # fmt: skip
+    """``tg.create_task(coro)``. A group already shutting down (the run is ending: a stop, or
+    a failure elsewhere, which cancels every task of the group, the caller included) starts
+    nothing: ``coro`` and the coroutines it wraps (``inner``) are closed unstarted and the
+    caller's cancellation goes on. Stages and calls are started from running tasks (a
+    re-laned lane's next residue, every call of :func:`ordered`); a ``RuntimeError`` there
+    used to leave those coroutines "never awaited" and the error in the group's."""
+    try:
+        return tg.create_task(coro)
+    except RuntimeError:
+        for c in (coro, *inner):
+            c.close()
+        raise asyncio.CancelledError from None
+
+
+def start_stage(tg: asyncio.TaskGroup, name: str, stats: StageStats,
+                body: Coroutine[Any, Any, None]) -> None:  # fmt: skip
+    """Run ``body`` as the stage ``name`` in ``tg`` (see :func:`stage` and :func:`spawn`).
+    A stage task cancelled before its first step (the run stopped or failed just after it
+    was started) never reaches ``await body``: the body is closed when the task is done,
+    which changes nothing for a body that ran."""
+    task = spawn(tg, stage(name, stats, body), body)
+    task.add_done_callback(lambda _: body.close())
 
 
 async def stage(name: str, stats: StageStats, body: Coroutine[Any, Any, None]) -> None:
@@ -99,7 +127,7 @@ async def ordered(
             stats.items_in += 1 if size is None else size(item)
             if gate is not None:
                 await gate.acquire()
-            task = tg.create_task(_call(fn, item, stats.name))
+            task = spawn(tg, _call(fn, item, stats.name))
             if gate is not None:
                 task.add_done_callback(gate.release)
             await timed_send(pending, task, stats)
@@ -128,7 +156,7 @@ async def ordered(
                     stats.items_out += 1 if size is None else size(task.result())
                     await timed_send(out, task.result(), stats)
 
-    tg.create_task(start_all())
+    spawn(tg, start_all())
     await (finish_in_order() if deterministic else finish_as_completed())
 
 

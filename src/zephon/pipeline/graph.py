@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from zephon.engine.channel import Channel, closing
-from zephon.engine.runner import ordered, stage, timed_receive, timed_send
+from zephon.engine.runner import ordered, start_stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
 from zephon.ops.block import Block, ChunkRows, Mark, Residue
 from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed, passes_column
@@ -50,8 +50,8 @@ def build_lane(
         head = res.lane_channel(spec)
         name = f"handover[{lane}]"
         stats = res.stats(name)
-        tg.create_task(stage(name, stats, _handover(tg, spec, res, lane, resume, history, head,
-                                                    stats)))  # fmt: skip
+        start_stage(tg, name, stats, _handover(tg, spec, res, lane, resume, history, head,
+                                               stats))  # fmt: skip
     else:
         head = _segment(tg, spec, res, lane, spec.lanes, resume, history)
     rest = range(spec.stateful_prefix, len(spec.steps))
@@ -81,8 +81,8 @@ def _segment(
     current = res.lane_channel(spec, on_take)
     name = f"assemble[{tag}]"
     stats = res.stats(name)
-    tg.create_task(stage(name, stats, _assemble(spec, res, lane, decoded, current, stats,
-                                                budget, holding)))  # fmt: skip
+    start_stage(tg, name, stats, _assemble(spec, res, lane, decoded, current, stats, budget,
+                                           holding))  # fmt: skip
     mark: Mark | None = resume["mark"] if resume is not None else None
     return start_steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark,
                        budget)  # fmt: skip
@@ -163,7 +163,7 @@ def _fetch(
     stats = res.stats(name, str(spec.max_inflight_requests))
     body = ordered(tg, groups, read, fetched, spec.max_inflight_requests, stats,
                    deterministic=spec.deterministic, size=len, ramp=2)  # fmt: skip
-    tg.create_task(stage(name, stats, body))
+    start_stage(tg, name, stats, body)
     return fetched
 
 
@@ -196,7 +196,7 @@ def _decode(
                        stats, deterministic=spec.deterministic)  # fmt: skip
     else:
         body = _decode_local(fetched, decoded, job, stats)
-    tg.create_task(stage(name, stats, body))
+    start_stage(tg, name, stats, body)
     return decoded
 
 

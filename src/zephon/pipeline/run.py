@@ -19,7 +19,7 @@ import numpy as np
 from zephon.engine.channel import Channel
 from zephon.engine.pool import WorkerPool
 from zephon.engine.raypool import RayPool
-from zephon.engine.runner import first_error, stage
+from zephon.engine.runner import first_error, spawn, start_stage
 from zephon.errors import ConfigError
 from zephon.ops.block import Block
 from zephon.ops.decode import SkipLedger
@@ -117,11 +117,11 @@ class Run:
                                    self.resume.history) for lane in spec.my_lanes]  # fmt: skip
                 position = {lane: i for i, lane in enumerate(spec.my_lanes)}
                 for before, lane in itertools.pairwise(order):
-                    tg.create_task(_start_after(outs[position[before]], res.starts[lane]))
+                    spawn(tg, _start_after(outs[position[before]], res.starts[lane]))
                 stats = res.stats("merge")
                 body = merge_lanes(outs, self.output, stats, spec.deterministic, first, ended,
                                    list(spec.my_lanes), spec.block_bytes)  # fmt: skip
-                tg.create_task(stage("merge", stats, body))
+                start_stage(tg, "merge", stats, body)
         except BaseExceptionGroup as group:
             self.output.close(first_error(group))
         finally:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from zephon.engine.channel import Channel, closing
-from zephon.engine.runner import ordered, stage, timed_send
+from zephon.engine.runner import ordered, start_stage, timed_send
 from zephon.engine.stats import StageStats
 from zephon.errors import FormatError
 from zephon.ops.batch import batch_blocks
@@ -94,7 +94,7 @@ def start_steps(
             body = _fetch_field(tg, spec, res, step, source, out, stats)
         else:
             body = _in_process(spec, res, step, source, out, stats, name, runs.stop)
-        tg.create_task(stage(name, stats, body))
+        start_stage(tg, name, stats, body)
         current = out
     return current
 
@@ -178,7 +178,7 @@ def _mark_replayed(
                 stats.items_out += n
                 await timed_send(out, block, stats)
 
-    tg.create_task(stage(name, stats, body()))
+    start_stage(tg, name, stats, body())
     return out
 
 
