@@ -84,7 +84,7 @@ def start_steps(
         stats = res.stats(name, str(step.processes or 1))
         if step.kind in STATEFUL:
             at = _step_resume(resume_mark, depth)
-            body = _stateful(step, lane, source, out, stats, depth, at)
+            body = _stateful(step, lane, source, out, stats, depth, at, spec.block_bytes)
             depth += 1
         elif step.processes:
             body = _pooled(tg, spec, res, step, source, out, stats, name)
@@ -290,9 +290,12 @@ async def _batch(
 
 async def _stateful(
     step: Step, lane: int, source: Channel[Block], out: Channel[Block], stats: StageStats,
-    depth: int, resume: tuple[Mark, Any] | None,
+    depth: int, resume: tuple[Mark, Any] | None, max_bytes: int,
 ) -> None:  # fmt: skip
-    """shuffle, pack and custom ops: their position is part of every mark (at ``depth``)."""
+    """shuffle, pack and custom ops: their position is part of every mark (at ``depth``).
+    What they emit leaves in blocks of about ``max_bytes`` at most: a shuffle's window is
+    one block, and whole windows of large records in every channel after it held several
+    times the window (256 KiB records, shuffle(32), an 8 MiB budget: 184 MB of growth)."""
     blocks = counted(source, stats)
     if step.kind == "shuffle":
         seed, warmup = step.fn
@@ -310,4 +313,5 @@ async def _stateful(
     with closing(out):
         async for block in stream:
             stats.items_out += len(block.items)
-            await timed_send(out, block, stats)
+            for piece in block.split(-(-block.nbytes // max_bytes)):
+                await timed_send(out, piece, stats)
