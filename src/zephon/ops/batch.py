@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from zephon.arrays import stack
 from zephon.errors import ConfigError
 from zephon.ops.block import Block
 
@@ -27,7 +28,7 @@ def _column(values: list[Any]) -> Any:
     if types == {np.ndarray}:
         first = values[0]
         if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
-            return np.stack(values)
+            return stack(values)
         if all(v.dtype == np.uint8 and v.ndim == 3 for v in values):
             shapes = sorted({v.shape for v in values})
             raise _UnequalImages(f"images of different sizes ({shapes[0]}, {shapes[-1]}...)")

@@ -16,10 +16,10 @@ import contextlib
 import sys
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Iterator
-from typing import Generic, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from typing import Any, Generic, TypeVar
 
-__all__ = ["SyncBridge", "new_loop"]
+__all__ = ["SyncBridge", "aiterate", "new_loop"]
 
 T = TypeVar("T")
 
@@ -115,3 +115,13 @@ class SyncBridge(Generic[T]):
 def _close_open_bridges() -> None:
     for bridge in list(_OPEN):
         bridge.close(EXIT_TIMEOUT_S)
+
+
+async def aiterate(items: Generator[Any, None, None]) -> AsyncIterator[Any]:
+    """``items`` for ``async for``: each item waited for on a helper thread."""
+    end = object()
+    try:
+        while (item := await asyncio.to_thread(next, items, end)) is not end:
+            yield item
+    finally:
+        items.close()

@@ -20,10 +20,10 @@ from zephon.engine.runner import Escaped
 from zephon.errors import ConfigError
 from zephon.ops.block import Block
 from zephon.pipeline import state
-from zephon.pipeline.bridge import SyncBridge
+from zephon.pipeline.bridge import SyncBridge, aiterate
 from zephon.pipeline.images import ImageSteps
 from zephon.pipeline.placement import placement
-from zephon.pipeline.process import ProcessEngine, aiterate
+from zephon.pipeline.process import ProcessEngine
 from zephon.pipeline.progress import ProgressBar
 from zephon.pipeline.run import Run
 from zephon.pipeline.spec import PipelineSpec, Step, default_rank

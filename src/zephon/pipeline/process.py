@@ -28,17 +28,18 @@ import sys
 import threading
 import traceback
 import weakref
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
 
+from zephon.arrays import empty
 from zephon.errors import ConfigError, WorkerCrashed, ZephonError
 from zephon.pipeline.bridge import new_loop
 
-__all__ = ["ProcessEngine", "aiterate"]
+__all__ = ["ProcessEngine"]
 
 SLOTS = 4  # items with shared-memory arrays prepared ahead of the consumer
 AHEAD = 16  # items queued for the data pipe at most (and about AHEAD_BYTES of them)
@@ -91,8 +92,9 @@ def _join(item: Any, buf: memoryview) -> Any:
     def leaf(x: Any) -> Any:
         if not isinstance(x, _Array):
             return x
-        count = int(np.prod(x.shape, dtype=np.int64))
-        return np.frombuffer(buf, np.dtype(x.dtype), count, x.offset).reshape(x.shape).copy()
+        out = empty(x.shape, np.dtype(x.dtype))  # plain pages: the trainer's thread copies
+        out[...] = np.frombuffer(buf, out.dtype, out.size, x.offset).reshape(x.shape)
+        return out
 
     return _tree(item, leaf)
 
@@ -400,16 +402,6 @@ class ProcessEngine:
         if not self._receiver.is_alive():
             self._data.close()
         self._control.close()
-
-
-async def aiterate(items: Generator[Any, None, None]) -> AsyncIterator[Any]:
-    """``items`` for ``async for``: each item waited for on a helper thread."""
-    end = object()
-    try:
-        while (item := await asyncio.to_thread(next, items, end)) is not end:
-            yield item
-    finally:
-        items.close()
 
 
 def _rebuilt(exc: BaseException | None, text: str) -> BaseException:

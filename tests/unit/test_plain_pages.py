@@ -1,0 +1,80 @@
+"""Large arrays Zephon hands to the trainer live on plain pages: never madvised for huge
+pages, whose compaction on first touch stalled one batch of images in ten for 0.15-0.5 s."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zephon.arrays import empty, stack
+from zephon.ops.batch import collate
+
+
+def _vm_flags(array: np.ndarray) -> list[str]:
+    """The VmFlags of the mapping holding ``array``'s middle byte (Linux; numpy madvises
+    from the first whole page of its allocation on)."""
+    address = array.__array_interface__["data"][0] + array.nbytes // 2
+    flags: list[str] | None = None
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            start, stop = (int(x, 16) for x in head.split("-"))
+            inside = start <= address < stop
+        elif inside and head == "VmFlags:":
+            flags = line.split()[1:]
+    assert flags is not None, "no mapping holds the array"
+    return flags
+
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+
+
+@linux
+def test_large_batches_are_not_madvised_for_huge_pages() -> None:
+    images = [np.full((224, 224, 3), i, np.uint8) for i in range(256)]
+    batch = collate([{"jpg": x, "id": i} for i, x in enumerate(images)])["jpg"]
+    batch[0, 0, 0, 0] = 7  # writable, and the page is touched
+    assert "hg" not in _vm_flags(batch)
+    assert "hg" not in _vm_flags(empty((64 << 20,), np.uint8))
+
+
+@linux
+def test_numpys_own_allocation_would_be_madvised() -> None:
+    """The contrast that makes the test above mean something, where numpy does madvise."""
+    from numpy._core.multiarray import _get_madvise_hugepage  # type: ignore[attr-defined]
+
+    if not _get_madvise_hugepage():
+        pytest.skip("numpy does not madvise huge pages on this kernel")
+    plain = np.empty((64 << 20,), np.uint8)
+    plain[0] = 1
+    assert "hg" in _vm_flags(plain)
+
+
+def test_empty_and_stack_are_ordinary_arrays() -> None:
+    small = empty((3, 4), np.int32)
+    assert small.shape == (3, 4) and small.dtype == np.int32
+    values = [np.arange(i, i + 2_000_000, dtype=np.int64).reshape(1000, 2000) for i in range(3)]
+    out = stack(values)
+    assert out.shape == (3, 1000, 2000) and out.dtype == np.int64 and out.flags.writeable
+    assert out.flags.c_contiguous
+    np.testing.assert_array_equal(out, np.stack(values))
+    out += 1  # an ordinary writable array
+    assert int(out[2, 999, 1999]) == 2 + 1_999_999 + 1
+
+
+@linux
+def test_the_process_engines_arrays_arrive_on_plain_pages() -> None:
+    """engine="process": an array copied out of its shared-memory slot in the trainer's
+    thread."""
+    from zephon.pipeline.process import _Array, _join
+
+    source = np.arange(8 << 20, dtype=np.int64).reshape(2048, 4096)
+    buf = memoryview(bytearray(64) + source.tobytes())
+    item = _join({"x": _Array(64, source.dtype.str, source.shape), "n": 3}, buf)
+    np.testing.assert_array_equal(item["x"], source)
+    assert item["n"] == 3 and item["x"].flags.writeable
+    assert "hg" not in _vm_flags(item["x"])
