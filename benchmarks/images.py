@@ -186,6 +186,8 @@ PEER_ROWS = [  # label, venv (None: ours), system, prefix, extra environment
      {"PEER_FORMAT": "webdataset", "PEER_INDEX": "s3://images/indexes/wds.json"}),
     ("Zephon, tars (no index)", None, "zephon", "wds", {"PEER_FORMAT": "webdataset"}),
     ("Zephon, LitData's chunks", None, "zephon", "litdata", {}),
+    ("Zephon, LitData's chunks + index", None, "zephon", "litdata",
+     {"PEER_INDEX": "s3://images/indexes/litdata.json"}),
     ("LitData 0.2.76", "litdata", "litdata", "litdata", {}),
     ("WebDataset 1.0.2 (http)", "webdataset", "webdataset", "wds", {}),
     ("MosaicML Streaming 0.13.0", "mosaic", "mosaic", "mds", {}),
@@ -224,6 +226,9 @@ def prepare_peers(endpoint: Any, work: Path, data: list[bytes]) -> dict[str, int
         index_cache=False,
     )
     asyncio.run(tars.awrite_index("s3://images/indexes/wds.json"))
+    chunks = Dataset.from_path("imgs", "s3://images/litdata/", index_cache=False,
+                               storage_options=endpoint.storage_options())  # fmt: skip
+    asyncio.run(chunks.awrite_index("s3://images/indexes/litdata.json"))
     return sizes
 
 
@@ -265,10 +270,10 @@ def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int
 
     rows = [r for r in PEER_ROWS if r[0] in results]
     best = max((rate(results[r[0]]) for r in rows if r[1] is not None), default=0.0)
-    best = best or float("nan")  # no peer run (--only): ratios to it are left blank
+    peer = f"best peer {best:,.0f} images/s" if best else "no peer run"
     print(f"\n# 3. {n:,} JPEGs at +30 ms: decode -> random-resized-crop 224 -> flip -> batch "
           f"256, 2 worker processes, median of {rounds}; bare 2-process loop {bare:,.0f} "
-          f"images/s; best peer {best:,.0f} images/s")  # fmt: skip
+          f"images/s; {peer}")  # fmt: skip
     print(f"{'system':<34} {'images/s':>9} {'x best peer':>11} {'x bare':>7} {'first':>7} "
           f"{'RSS MB':>7} {'disk MB':>8} {'requests':>8} {'MB fetched':>15}")  # fmt: skip
     for label, _, _, prefix, _ in rows:
@@ -281,7 +286,8 @@ def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int
         fetched = f"{r['bytes'] / 1e6:.0f} ({r['bytes'] / 1e6 / data:.2f}x)"
         flags = "" if ok else f"  WRONG: {r['samples']} images"
         flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
-        print(f"{label:<34} {rate(r):>9,.0f} {rate(r) / best:>10.2f}x {rate(r) / bare:>6.2f}x "
+        to_best = f"{rate(r) / best:>10.2f}x" if best else f"{'-':>11}"  # --only: no peer
+        print(f"{label:<34} {rate(r):>9,.0f} {to_best} {rate(r) / bare:>6.2f}x "
               f"{r['first_s']:>6.2f}s {r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} "
               f"{r['requests']:>8} {fetched:>15}{flags}")  # fmt: skip
 
