@@ -69,7 +69,7 @@ def empty(shape: tuple[int, ...], dtype: np.dtype[Any] | type) -> np.ndarray:
     ``_HUGE_PAGE_BYTES``). Batches and arrays handed to the trainer are allocated here."""
     kind = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
-    if nbytes < _HUGE_PAGE_BYTES:
+    if nbytes < _HUGE_PAGE_BYTES or kind.hasobject:  # objects cannot live in a buffer
         return np.empty(shape, kind)
     return np.frombuffer(mmap.mmap(-1, nbytes), kind).reshape(shape)
 

@@ -78,3 +78,10 @@ def test_the_process_engines_arrays_arrive_on_plain_pages() -> None:
     np.testing.assert_array_equal(item["x"], source)
     assert item["n"] == 3 and item["x"].flags.writeable
     assert "hg" not in _vm_flags(item["x"])
+
+
+def test_arrays_of_objects_stack_as_numpy_would() -> None:
+    """Object arrays cannot live in a raw buffer: they take numpy's own allocation."""
+    values = [np.array(["a", None, 3] * 200_000, dtype=object) for _ in range(3)]
+    out = stack(values)
+    assert out.dtype == object and out.shape == (3, 600_000) and out[2, 4] is None
