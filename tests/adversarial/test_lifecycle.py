@@ -219,8 +219,13 @@ def test_sigkill_mid_run_then_restore_equals_the_uninterrupted_run(
 def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path, processes: int) -> None:
     import signal
 
+    # A script run from a terminal has Python's Ctrl-C handler. One started by a runner that
+    # ignores SIGINT (a shell's background job) inherits the ignoring, and Python then keeps
+    # it: the script, not the library, would never see the Ctrl-C.
     script = PRELUDE + (
         "\nif __name__ == '__main__':\n"
+        "    import signal\n"
+        "    signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"    for i, x in enumerate(build({processes}, 2)):\n"
         "        if i == 10:\n"
         "            print('ready', flush=True)\n"
