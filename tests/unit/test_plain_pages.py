@@ -70,11 +70,11 @@ def test_empty_and_stack_are_ordinary_arrays() -> None:
 def test_the_process_engines_arrays_arrive_on_plain_pages() -> None:
     """engine="process": an array copied out of its shared-memory slot in the trainer's
     thread."""
-    from zephon.pipeline.process import _Array, _join
+    from zephon.pipeline.slots import Placeholder, join
 
     source = np.arange(8 << 20, dtype=np.int64).reshape(2048, 4096)
     buf = memoryview(bytearray(64) + source.tobytes())
-    item = _join({"x": _Array(64, source.dtype.str, source.shape), "n": 3}, buf)
+    item = join({"x": Placeholder(64, source.dtype.str, source.shape), "n": 3}, buf)
     np.testing.assert_array_equal(item["x"], source)
     assert item["n"] == 3 and item["x"].flags.writeable
     assert "hg" not in _vm_flags(item["x"])

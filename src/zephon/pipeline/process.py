@@ -35,119 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from zephon.arrays import empty
 from zephon.errors import ConfigError, WorkerCrashed, ZephonError
 from zephon.pipeline.bridge import new_loop
+from zephon.pipeline.slots import Slots, join, split
 
 __all__ = ["ProcessEngine"]
 
-SLOTS = 4  # items with shared-memory arrays prepared ahead of the consumer
 AHEAD = 16  # items queued for the data pipe at most (and about AHEAD_BYTES of them)
 AHEAD_BYTES = 16 << 20
 _RECEIVED = 2  # items received ahead of the consumer in the parent
-_ALIGN = 64
-_MIN_ARRAY = 256  # smaller arrays travel pickled: a slot write costs more than they do
-
-
-class _Array:
-    """Where an array of the item lies in its slot (a placeholder in the pickled rest)."""
-
-    __slots__ = ("dtype", "offset", "shape")
-
-    def __init__(self, offset: int, dtype: str, shape: tuple[int, ...]) -> None:
-        self.offset, self.dtype, self.shape = offset, dtype, shape
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _Array, (self.offset, self.dtype, self.shape)
-
-
-def _tree(item: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``item`` rebuilt with ``leaf`` applied to every value inside its dicts, lists and
-    tuples (in order)."""
-    if isinstance(item, dict):
-        return {k: _tree(v, leaf) for k, v in item.items()}
-    if isinstance(item, list):
-        return [_tree(v, leaf) for v in item]
-    if type(item) is tuple:
-        return tuple(_tree(v, leaf) for v in item)
-    return leaf(item)
-
-
-def _split(item: Any, arrays: list[np.ndarray]) -> Any:
-    """``item`` with each large numeric array replaced by a placeholder (the arrays appended
-    to ``arrays``; their offsets are set when a slot is written)."""
-
-    def leaf(x: Any) -> Any:
-        if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" and x.nbytes >= _MIN_ARRAY:
-            arrays.append(np.ascontiguousarray(x))
-            return _Array(0, x.dtype.str, x.shape)
-        return x
-
-    return _tree(item, leaf)
-
-
-def _join(item: Any, buf: memoryview) -> Any:
-    """The item back, each placeholder replaced by a copy of its array out of ``buf``."""
-
-    def leaf(x: Any) -> Any:
-        if not isinstance(x, _Array):
-            return x
-        out = empty(x.shape, np.dtype(x.dtype))  # plain pages: the trainer's thread copies
-        out[...] = np.frombuffer(buf, out.dtype, out.size, x.offset).reshape(x.shape)
-        return out
-
-    return _tree(item, leaf)
-
-
-def _placeholders(item: Any) -> list[_Array]:
-    """The placeholders of a split item, in the order :func:`_split` appended arrays."""
-    found: list[_Array] = []
-    _tree(item, lambda x: found.append(x) if isinstance(x, _Array) else None)
-    return found
-
-
-class _Slots:
-    """The child's shared-memory slots; one is free again when the parent has copied out of
-    it (``release`` is called from the control thread). A slot grows (a new segment) when an
-    item needs more room."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.segments: list[SharedMemory | None] = [None] * SLOTS
-        self.free = asyncio.Semaphore(SLOTS)
-        self.idle = list(range(SLOTS))
-
-    async def write(self, arrays: list[np.ndarray], rest: Any) -> tuple[int, str]:
-        await self.free.acquire()
-        slot = self.idle.pop()
-        need, at = 0, []
-        for a in arrays:
-            at.append(need)
-            need += -(-a.nbytes // _ALIGN) * _ALIGN
-        shm = self.segments[slot]
-        if shm is None or shm.size < need:
-            if shm is not None:
-                shm.close()
-                shm.unlink()
-            shm = self.segments[slot] = SharedMemory(create=True, size=max(need, 1 << 20))
-        for a, offset, holder in zip(arrays, at, _placeholders(rest), strict=True):
-            np.ndarray(a.shape, a.dtype, shm.buf, offset)[...] = a
-            holder.offset = offset
-        return slot, shm.name
-
-    def release(self, slot: int) -> None:
-        def free() -> None:
-            self.idle.append(slot)
-            self.free.release()
-
-        self.loop.call_soon_threadsafe(free)
-
-    def close(self) -> None:
-        for shm in self.segments:
-            if shm is not None:
-                shm.close()
-                with contextlib.suppress(FileNotFoundError):
-                    shm.unlink()
 
 
 class _Sender:
@@ -216,7 +112,7 @@ def _child(blob: bytes, data: Connection, control: Connection, progress: bool) -
 
 async def _produce(pipe: Any, data: Connection, control: Connection, progress: bool) -> None:
     loop = asyncio.get_running_loop()
-    slots = _Slots(loop)
+    slots = Slots(loop)
     me = asyncio.current_task()
     assert me is not None
 
@@ -231,17 +127,23 @@ async def _produce(pipe: Any, data: Connection, control: Connection, progress: b
             elif kind == "stats":
                 control.send(pipe.stats())
             else:
-                loop.call_soon_threadsafe(me.cancel)
+                loop.call_soon_threadsafe(stop)
                 return
+
+    def stop() -> None:  # the parent wants nothing more: no waiting for it, no more items
+        slots.stop()
+        if not finishing:
+            me.cancel()
 
     threading.Thread(target=serve_control, name="zephon-control", daemon=True).start()
     sender = _Sender(data, loop)
     last: bytes | None = None
+    finishing = False
     try:
         async with contextlib.aclosing(pipe.aiter(progress)) as items:
             async for item in items:
                 arrays: list[np.ndarray] = []
-                rest = _split(item, arrays)
+                rest = split(item, arrays)
                 slot, name = await slots.write(arrays, rest) if arrays else (-1, "")
                 await sender.send(pickle.dumps(("item", slot, name, rest, pipe.checkpoint()), 5))
         last = pickle.dumps(("end", pipe.checkpoint(), pipe.stats()), 5)
@@ -254,7 +156,9 @@ async def _produce(pipe: Any, data: Connection, control: Connection, progress: b
         except Exception:
             last = pickle.dumps(("error", None, text), 5)
     finally:
+        finishing = True
         await asyncio.to_thread(sender.finish, last)
+        await slots.settled()
         slots.close()
 
 
@@ -348,7 +252,7 @@ class ProcessEngine:
     def _unpack(self, message: tuple[Any, ...]) -> tuple[str, Any]:
         if message[0] == "item":
             _, slot, name, rest, checkpoint = message
-            item = rest if slot < 0 else _join(rest, self._buffer(name))
+            item = rest if slot < 0 else join(rest, self._buffer(name))
             if slot >= 0:
                 self._send_control(("free", slot))
             return "item", (item, checkpoint)
