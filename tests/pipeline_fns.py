@@ -195,3 +195,10 @@ def _only_in_child() -> OnlyInChild:
 
 def with_only_in_child(sample: dict[str, Any]) -> dict[str, Any]:
     return {**sample, "odd": OnlyInChild()}
+
+
+def grown(sample: dict[str, Any]) -> dict[str, Any]:
+    """An array of (id + 1) MiB: each item of a run in id order outgrows the last."""
+    import numpy as np
+
+    return {"id": sample["id"], "x": np.full((sample["id"] + 1) << 20, sample["id"], np.uint8)}

@@ -132,3 +132,26 @@ def test_inside_a_dataloader_worker_it_says_to_use_the_thread_engine(docs: Datas
                                          multiprocessing_context="forkserver")  # fmt: skip
     with pytest.raises(ConfigError, match="engine='thread' there"):
         next(iter(loader))
+
+
+def _mapped_segments() -> set[str]:
+    """The shared-memory segments this process has mapped (Linux)."""
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split(maxsplit=5)[5].split()[0] for line in lines if "/dev/shm/psm_" in line}
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")
+def test_slots_that_grow_leave_no_old_segment_mapped_here(tmp_path: Path) -> None:
+    """Each item outgrows the slot it lands in, so the child replaces the slot's segment;
+    the parent unmaps the old one instead of holding every size a slot ever had."""
+    (tmp_path / "part-0.jsonl").write_text("".join(f'{{"id": {i}}}\n' for i in range(16)))
+    ds = Dataset.from_path("grown", str(tmp_path), index_cache=False)
+    ws = StaticMixtureWorkSource([ds], seed=0, shuffle="none", stop_after_passes=1)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=1, engine="process").map(fns.grown)
+    before = _mapped_segments()
+    most = 0
+    for i, item in enumerate(pipe):
+        assert item["id"] == i and len(item["x"]) == (i + 1) << 20 and item["x"][-1] == i
+        most = max(most, len(_mapped_segments() - before))
+    assert most <= 4  # one per slot
+    assert not _mapped_segments() - before  # all unmapped once the run is over

@@ -201,7 +201,7 @@ class ProcessEngine:
         _OPEN.add(self)
         child_data.close()
         child_control.close()
-        self._segments: dict[str, SharedMemory] = {}
+        self._segments: dict[int, SharedMemory] = {}  # each slot's segment, as last opened
         self._on_item = on_item  # told each item's checkpoint
         self.final_stats: dict[str, Any] | None = None
         self._received: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -252,7 +252,7 @@ class ProcessEngine:
     def _unpack(self, message: tuple[Any, ...]) -> tuple[str, Any]:
         if message[0] == "item":
             _, slot, name, rest, checkpoint = message
-            item = rest if slot < 0 else join(rest, self._buffer(name))
+            item = rest if slot < 0 else join(rest, self._buffer(slot, name))
             if slot >= 0:
                 self._send_control(("free", slot))
             return "item", (item, checkpoint)
@@ -264,12 +264,15 @@ class ProcessEngine:
         with self._control_lock, contextlib.suppress(OSError):
             self._control.send(message)
 
-    def _buffer(self, name: str) -> memoryview:
-        shm = self._segments.get(name)
-        if shm is None:
+    def _buffer(self, slot: int, name: str) -> memoryview:
+        shm = self._segments.get(slot)
+        if shm is None or shm.name != name:
+            if shm is not None:  # the slot grew: the child unlinked the old segment, we unmap it
+                with contextlib.suppress(BufferError):
+                    shm.close()
             # The child owns it (a spawned child shares our resource tracker, which unlinks
             # whatever the child leaves behind if it is killed).
-            shm = self._segments[name] = SharedMemory(name=name)
+            shm = self._segments[slot] = SharedMemory(name=name)
         assert shm.buf is not None
         return shm.buf
 
