@@ -198,7 +198,7 @@ def with_only_in_child(sample: dict[str, Any]) -> dict[str, Any]:
 
 
 def grown(sample: dict[str, Any]) -> dict[str, Any]:
-    """An array of (id + 1) MiB: each item of a run in id order outgrows the last."""
+    """An array of (id + 4) x 256 KiB: each item of a run in id order outgrows the last."""
     import numpy as np
 
-    return {"id": sample["id"], "x": np.full((sample["id"] + 1) << 20, sample["id"], np.uint8)}
+    return {"id": sample["id"], "x": np.full((sample["id"] + 4) << 18, sample["id"], np.uint8)}

@@ -151,7 +151,7 @@ def test_slots_that_grow_leave_no_old_segment_mapped_here(tmp_path: Path) -> Non
     before = _mapped_segments()
     most = 0
     for i, item in enumerate(pipe):
-        assert item["id"] == i and len(item["x"]) == (i + 1) << 20 and item["x"][-1] == i
+        assert item["id"] == i and len(item["x"]) == (i + 4) << 18 and item["x"][-1] == i
         most = max(most, len(_mapped_segments() - before))
     assert most <= 4  # one per slot
     assert not _mapped_segments() - before  # all unmapped once the run is over
