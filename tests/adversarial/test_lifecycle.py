@@ -6,6 +6,7 @@ without Zephon would have, and never abort."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -250,6 +251,35 @@ def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path, processes
     # no worker, forkserver or resource tracker left behind (they notice the end of their
     # parent on their own, so give them a moment: waited on with pidfds, not sleeps)
     assert _gone_within(child.pid, 10.0) == []
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("engine", ["thread", "process"])
+def test_a_script_killed_outright_leaves_no_process_behind(data: Path, engine: str) -> None:
+    """SIGKILL (the out-of-memory killer) leaves the script no time to stop anything: its
+    worker processes, their fork server and (``engine="process"``) its pipeline's process
+    notice on their own and end."""
+    import signal
+
+    script = PRELUDE + (
+        "\nif __name__ == '__main__':\n"
+        f"    for i, x in enumerate(build(2, 2, {engine!r})):\n"
+        "        if i == 10:\n"
+        "            print('ready', flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", script, str(data)], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
+                          start_new_session=True) as child:  # fmt: skip
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGKILL)  # the script alone, as the kernel would
+        child.wait(timeout=30)
+        left = _gone_within(child.pid, 15.0)
+        for pid in left:  # not left to outlive the test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert left == []
 
 
 def _gone_within(pgid: int, timeout_s: float) -> list[int]:

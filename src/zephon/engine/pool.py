@@ -21,6 +21,7 @@ import importlib
 import itertools
 import multiprocessing
 import os
+import select
 import signal
 import sys
 import threading
@@ -43,8 +44,33 @@ SHUTDOWN_TIMEOUT_S = 5.0  # then stragglers are terminated
 _pools = itertools.count()
 
 
-def _ignore_sigint() -> None:
+def _start_worker(parent: int) -> None:
+    """A worker's start: Ctrl-C is the parent's to handle (it stops the pool), and the worker
+    ends when the parent process does, however it ended. Killed (SIGKILL, the out-of-memory
+    killer), the parent tells nobody: each worker holds the other ends of the pool's pipes and
+    of the fork server's, so none of them ever saw an end, and the fork server and every
+    worker lived on, holding their memory, until the machine restarted."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(parent,), name="zephon-parent", daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    """End this process when process ``pid`` has ended (a pidfd where the kernel has them,
+    else a check a second)."""
+    try:
+        fd = os.pidfd_open(pid)  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, OSError):
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except OSError:
+                pass  # alive, another user's
+            time.sleep(1.0)
+    else:
+        select.select([fd], [], [])
+    os._exit(1)
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -156,7 +182,10 @@ class WorkerPool:
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
-                self.processes, mp_context=_context(), initializer=_ignore_sigint
+                self.processes,
+                mp_context=_context(),
+                initializer=_start_worker,
+                initargs=(os.getpid(),),
             )
             # Work still queued when the pool stops is dropped anyway: never let the
             # interpreter's exit wait for the queue's feeder thread to hand it to a worker
