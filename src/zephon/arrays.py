@@ -13,8 +13,8 @@ __all__ = ["distinct", "empty", "in_order", "per_distinct", "stack"]
 
 # numpy asks the kernel for huge pages (madvise) for arrays from this size on. Where the
 # kernel then compacts memory on the first touch (``defrag`` = ``madvise``, a common
-# default), one such allocation in ten stalled for 0.15-0.5 s here (38 MB: a batch of 256
-# images); plain pages cost ~20 ms for the same copy, every time.
+# default), one such allocation in ten to sixty stalled for 0.15-0.5 s here (38 MB: a batch
+# of 256 images); plain pages cost 20-30 ms for the same copy, every time (benchmarks/pages.py).
 _HUGE_PAGE_BYTES = 4 << 20
 
 

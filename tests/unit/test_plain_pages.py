@@ -1,5 +1,6 @@
 """Large arrays Zephon hands to the trainer live on plain pages: never madvised for huge
-pages, whose compaction on first touch stalled one batch of images in ten for 0.15-0.5 s."""
+pages, whose compaction on first touch stalled one batch of images in ten to sixty for
+0.15-0.5 s."""
 
 from __future__ import annotations
 
