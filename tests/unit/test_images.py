@@ -160,6 +160,8 @@ def test_corrupt_images_are_skipped_and_counted_when_asked(tmp_path: Path) -> No
         assert str(root / "shard-0.tar") in str(info.value)
         assert "dataset 'imgs'" in str(info.value) and "sample 12]" in str(info.value)
         assert (info.value.dataset, info.value.sample) == ("imgs", 12)
+    with pytest.raises(FormatError, match=r"cannot identify image file\)$"):
+        DecodeImage("jpg")({"jpg": b"not an image"})  # not Pillow's name for its BytesIO
     pipe = (Pipeline(ws, rank=0, world_size=1, on_error="skip")
             .decode_image("jpg", processes=2).center_crop(32))  # fmt: skip
     keys = sorted(s["__key__"] for s in pipe)

@@ -25,6 +25,7 @@ import binascii
 import functools
 import hashlib
 import io
+import re
 from typing import Any
 
 import numpy as np
@@ -154,8 +155,10 @@ class DecodeImage:
         except FormatError as exc:
             raise FormatError(f"field {self.field!r}: {exc}") from None
         except Exception as exc:  # each decoder has its own errors for a corrupt image
+            # Pillow names its in-memory file ("<_io.BytesIO object at 0x...>"): noise.
+            why = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))
             raise FormatError(f"corrupt image in field {self.field!r} "
-                              f"({type(exc).__name__}: {exc})") from None  # fmt: skip
+                              f"({type(exc).__name__}: {why})") from None  # fmt: skip
         return {**sample, self.out: image}
 
 
