@@ -3,8 +3,10 @@ restore, stats, errors) and leaves nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,60 @@ def test_breaking_out_stops_the_child_and_frees_shared_memory(docs: Dataset) -> 
     assert multiprocessing.active_children() == []
     if before or Path("/dev/shm").exists():
         assert {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} <= before
+
+
+def test_an_async_wait_that_is_cancelled_loses_no_item(docs: Dataset) -> None:
+    """A cancelled ``anext`` (a timeout) while an item is on its way: that item is not counted
+    as received, so a checkpoint then resumes exactly (once, the thread taking items raised
+    ``generator already executing`` instead)."""
+    expected = rows(list(build(docs, "thread")))
+    pipe = build(docs, "process")
+
+    async def head() -> list[Any]:
+        got: list[Any] = []
+        for starting in (True, False, False):  # cancelled while the child starts, then not
+            pipe.restore(pipe.checkpoint())
+            it = pipe.__aiter__()
+            if not starting:
+                got.append(await anext(it))
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0):
+                    got.append(await anext(it))
+        return got
+
+    got = asyncio.run(head())
+    rest = build(docs, "process")
+    rest.restore(pipe.checkpoint())
+    assert rows(got + list(rest)) == expected
+    assert multiprocessing.active_children() == []
+
+
+def test_aclose_and_close_from_another_thread_stop_the_child(docs: Dataset) -> None:
+    pipe = build(docs, "process")
+
+    async def run() -> list[Any]:
+        it = pipe.__aiter__()
+        await anext(it)
+        await pipe.aclose()
+        return [b async for b in it]  # the iteration ends: the child is gone
+
+    assert asyncio.run(run()) == []
+    assert multiprocessing.active_children() == []
+    started, errors = threading.Event(), []
+
+    def consume() -> None:
+        try:
+            for _ in pipe:
+                started.set()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    started.wait()
+    pipe.close()
+    thread.join()
+    assert errors == [] and multiprocessing.active_children() == []
 
 
 def test_the_child_runs_worker_pools_of_its_own(docs: Dataset) -> None:

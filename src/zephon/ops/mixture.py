@@ -23,13 +23,23 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from zephon.engine.stats import StageStats
+from zephon.errors import ConfigError
 from zephon.ops.block import Block, Mark, high_water
 from zephon.ops.group import _dataset
 from zephon.ops.shuffle import start_mark
 
-__all__ = ["ensure_mixture"]
+__all__ = ["check_arguments", "ensure_mixture"]
 
 _EPS = 1e-9
+
+
+def check_arguments(weight_by: str, buffer_size: int, on_surplus: str) -> None:
+    """``Pipeline.ensure_mixture``'s arguments, checked when the step is added."""
+    if weight_by not in ("samples", "tokens") or on_surplus not in ("emit", "drop"):
+        raise ConfigError("ensure_mixture: weight_by is 'samples' or 'tokens', on_surplus "
+                          f"'emit' or 'drop'; got {weight_by!r}, {on_surplus!r}")  # fmt: skip
+    if buffer_size < 1:
+        raise ConfigError(f"buffer_size must be >= 1, got {buffer_size}")
 
 
 class _Queued:

@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import concurrent.futures.process
+import concurrent.futures.thread
 import contextlib
+import queue
 import sys
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["SyncBridge", "aiterate", "new_loop"]
+__all__ = ["SyncBridge", "aiterate", "consuming", "new_loop"]
 
 T = TypeVar("T")
 
@@ -54,6 +57,7 @@ class SyncBridge(Generic[T]):
         self.thread.start()
         self.agen = agen
         self.closed = False
+        self._stopping = False  # set on the loop by the close: no step starts after it
         self._step: asyncio.Task[tuple[T] | None] | None = None
         self._lock = threading.Lock()
         _OPEN.add(self)  # type: ignore[arg-type]
@@ -63,17 +67,31 @@ class SyncBridge(Generic[T]):
         # consumer works through it, the loop fetches the next one. Asking only when the
         # consumer came back made every item wait for a turn of the loop, which may be
         # busy with a lane's window (20-30 ms) although the item was ready.
-        pending = asyncio.run_coroutine_threadsafe(self._next(), self.loop)
-        while not self.closed:
+        pending = self._ask()
+        while pending is not None:
             while not pending.done():  # timed waits: a Ctrl-C another thread got is seen
                 concurrent.futures.wait([pending], WAKE_S)
+                if self.closed and not self.thread.is_alive():  # its loop stopped without it
+                    return
+            if pending.cancelled():  # closed from another thread (at exit, say): the end
+                return
             item = pending.result()
             if item is None:
                 return
-            pending = asyncio.run_coroutine_threadsafe(self._next(), self.loop)
+            pending = self._ask()
             yield item[0]
 
+    def _ask(self) -> concurrent.futures.Future[tuple[T] | None] | None:
+        """The next step, on the loop; ``None`` once closed (from another thread, maybe:
+        its loop may be closed already)."""
+        with self._lock:
+            if self.closed:
+                return None
+            return asyncio.run_coroutine_threadsafe(self._next(), self.loop)
+
     async def _next(self) -> tuple[T] | None:
+        if self._stopping:  # asked for before a close from another thread, run after it
+            return None
         self._step = asyncio.current_task()
         try:
             return (await self.agen.__anext__(),)
@@ -83,6 +101,10 @@ class SyncBridge(Generic[T]):
             self._step = None
 
     async def _shutdown(self) -> None:
+        # A consumer on another thread may ask for the next item while this runs: that step
+        # must not reach the generator (``anext(): asynchronous generator is already
+        # running``, seen at exit with a consumer on a daemon thread).
+        self._stopping = True
         step = self._step
         if step is not None and not step.done():  # the consumer left mid-step (an exception)
             step.cancel()
@@ -117,11 +139,102 @@ def _close_open_bridges() -> None:
         bridge.close(EXIT_TIMEOUT_S)
 
 
-async def aiterate(items: Generator[Any, None, None]) -> AsyncIterator[Any]:
-    """``items`` for ``async for``: each item waited for on a helper thread."""
-    end = object()
+_CONSUMERS: dict[threading.Thread, int] = {}  # non-daemon threads iterating, how many times
+_CONSUMERS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def consuming() -> Iterator[None]:
+    """Marks the current thread as iterating a pipeline until the block ends. When the main
+    thread is done, the interpreter waits for its other non-daemon threads, but first runs
+    ``concurrent.futures``' exit hooks, which shut down every process pool and the event
+    loops' default thread pools: a training loop on a thread of its own then died with
+    ``cannot schedule new futures after shutdown`` as the main thread returned. The hook
+    below, run before those, waits for such threads (the interpreter would wait for them
+    anyway)."""
+    thread = threading.current_thread()
+    if thread is threading.main_thread() or thread.daemon:
+        yield
+        return
+    with _CONSUMERS_LOCK:
+        _CONSUMERS[thread] = _CONSUMERS.get(thread, 0) + 1
     try:
-        while (item := await asyncio.to_thread(next, items, end)) is not end:
+        yield
+    finally:
+        with _CONSUMERS_LOCK:
+            if _CONSUMERS[thread] > 1:
+                _CONSUMERS[thread] -= 1
+            else:
+                del _CONSUMERS[thread]
+
+
+def _wait_for_consumers() -> None:
+    while True:
+        with _CONSUMERS_LOCK:
+            alive = [thread for thread in _CONSUMERS if thread.is_alive()]
+        if not alive:
+            return
+        for thread in alive:
+            thread.join()
+
+
+# threading runs its exit hooks last registered first: ours after concurrent.futures' (their
+# modules imported here, so already registered) runs before them.
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_wait_for_consumers)
+
+
+async def aiterate(items: Generator[T, None, None], stop: Callable[[], None]) -> AsyncIterator[T]:
+    """``items`` for ``async for``: a daemon thread of its own takes each item when asked, so a
+    generator that blocks holds neither the event loop nor an executor's thread (which the
+    interpreter's exit would wait for). Leaving early (``break``, an exception, a cancelled
+    task) calls ``stop`` on another thread (it must make a blocked ``next`` return); the
+    generator is closed on its own thread once the call in flight is over (closed from here
+    while that call ran, it raised ``generator already executing``). Nothing is awaited on
+    the way out: a generator finalised as its loop shuts down may not wait."""
+    loop = asyncio.get_running_loop()
+    asks: queue.SimpleQueue[asyncio.Future[Any] | None] = queue.SimpleQueue()
+    end = object()
+
+    def serve() -> None:
+        try:
+            while (asked := asks.get()) is not None:
+                try:
+                    _answer(loop, asked, next(items, end), None)
+                except BaseException as exc:
+                    _answer(loop, asked, None, exc)
+        finally:
+            items.close()
+
+    threading.Thread(target=serve, name="zephon-aiterate", daemon=True).start()
+    finished = False
+    try:
+        while True:
+            asked: asyncio.Future[Any] = loop.create_future()
+            asks.put(asked)
+            item = await asked
+            if item is end:
+                finished = True
+                return
             yield item
     finally:
-        items.close()
+        if not finished:
+            threading.Thread(target=stop, name="zephon-stop", daemon=True).start()
+        asks.put(None)
+
+
+def _answer(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any,
+            error: BaseException | None) -> None:  # fmt: skip
+    """Settle ``future`` on its loop from another thread (unless it was cancelled)."""
+
+    def settle() -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(settle)

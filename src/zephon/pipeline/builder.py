@@ -7,6 +7,7 @@ consumer received (:mod:`zephon.pipeline.state`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -18,9 +19,10 @@ from typing import Any
 
 from zephon.engine.runner import Escaped
 from zephon.errors import ConfigError
+from zephon.ops import mixture
 from zephon.ops.block import Block
 from zephon.pipeline import state
-from zephon.pipeline.bridge import SyncBridge, aiterate
+from zephon.pipeline.bridge import SyncBridge, aiterate, consuming
 from zephon.pipeline.images import ImageSteps
 from zephon.pipeline.placement import placement
 from zephon.pipeline.process import ProcessEngine
@@ -184,11 +186,7 @@ class Pipeline(TextSteps, ImageSteps):
         (of ``field``), holding at most ``buffer_size`` items per lane; past that the surplus
         is emitted (``"emit"``) or dropped and counted in ``stats()`` (``"drop"``). Exact on
         resume; see :mod:`zephon.ops.mixture`."""
-        if weight_by not in ("samples", "tokens") or on_surplus not in ("emit", "drop"):
-            raise ConfigError("ensure_mixture: weight_by is 'samples' or 'tokens', on_surplus "
-                              f"'emit' or 'drop'; got {weight_by!r}, {on_surplus!r}")  # fmt: skip
-        if buffer_size < 1:
-            raise ConfigError(f"buffer_size must be >= 1, got {buffer_size}")
+        mixture.check_arguments(weight_by, buffer_size, on_surplus)
         self._check_before_batch("ensure_mixture")
         weights = tuple(float(w) for w in self.spec.source.weights)
         return self._with(Step("ensure_mixture", (weights, weight_by, field, buffer_size,
@@ -221,9 +219,8 @@ class Pipeline(TextSteps, ImageSteps):
         try:
             from zephon.torch import ZephonIterableDataset
         except ImportError:
-            raise ConfigError(
-                "to_torch_dataset() needs torch: pip install 'zephon[torch]'"
-            ) from None
+            msg = "to_torch_dataset() needs torch: pip install 'zephon[torch]'"
+            raise ConfigError(msg) from None
         return ZephonIterableDataset(self, pin_memory)
 
     def prefetch(self, blocks: int) -> Pipeline:
@@ -349,28 +346,26 @@ class Pipeline(TextSteps, ImageSteps):
         items = block.items if convert is None else [convert(x) for x in block.items]
         return self._received.open(block, items)
 
-    async def _aiter(self, progress: bool) -> AsyncIterator[Any]:
+    async def aiter(self, progress: bool = False) -> AsyncIterator[Any]:
+        """Async iteration, optionally with a progress bar."""
         if self.spec.engine == "process":
-            async for item in aiterate(self._in_child(progress)):
+            async for item, checkpoint in aiterate(self._in_child(progress), self.close):
+                self._child_state = checkpoint  # once delivered (a cancelled wait drops it)
                 yield item
             return
         try:
             async with contextlib.aclosing(self._blocks(progress)) as blocks:
-                async for block in blocks:
-                    for item in self._open(block):
-                        yield item  # the checkpoint is what the consumer has received
+                with consuming():
+                    async for block in blocks:
+                        for item in self._open(block):
+                            yield item  # the checkpoint is what the consumer has received
             self._all_received()
         except Escaped as exc:  # a user function's KeyboardInterrupt or SystemExit
             raise exc.original from None
         finally:
             self._received.release()
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._aiter(progress=False)
-
-    def aiter(self, progress: bool = False) -> AsyncIterator[Any]:
-        """Async iteration, optionally with a progress bar."""
-        return self._aiter(progress)
+    __aiter__ = aiter
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter()
@@ -382,12 +377,15 @@ class Pipeline(TextSteps, ImageSteps):
         With ``engine="process"`` the pipeline runs in a child process instead
         (:mod:`zephon.pipeline.process`)."""
         if self.spec.engine == "process":
-            yield from self._in_child(progress)
+            for item, checkpoint in self._in_child(progress):
+                self._child_state = checkpoint
+                yield item
             return
         bridge = SyncBridge(self._blocks(progress))
         try:
-            for block in bridge:
-                yield from self._open(block)
+            with consuming():
+                for block in bridge:
+                    yield from self._open(block)
             self._all_received()
         except Escaped as exc:  # a user function's KeyboardInterrupt or SystemExit
             raise exc.original from None
@@ -399,11 +397,10 @@ class Pipeline(TextSteps, ImageSteps):
         if not self._resume.lanes:
             self._received = state.Received()  # a fresh start, as in-thread
         self._child_state = None
-        convert = self.spec.convert
-        child = self._child = ProcessEngine(self, progress, partial(setattr, self, "_child_state"))
+        child = self._child = ProcessEngine(self, progress)
         try:
-            for item in child:
-                yield item if convert is None else convert(item)
+            yield from child
+            self._child_state = child.final_state or self._child_state
         finally:
             child.close()
 
@@ -411,9 +408,12 @@ class Pipeline(TextSteps, ImageSteps):
         """Stop every running iteration of this pipeline."""
         for run in list(self._runs):
             await run.stop()
+        await asyncio.to_thread(self.close)  # a child process too (waits for its end)
 
     def close(self) -> None:
-        """Stop every running iteration started from synchronous code."""
+        """Stop every running iteration started from synchronous code, and the child
+        process of the current one: its iteration on another thread ends, as a stopped
+        in-thread run's does."""
         for run in list(self._runs):
             run.stop_threadsafe()
         if self._child is not None:

@@ -28,7 +28,7 @@ import sys
 import threading
 import traceback
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -176,7 +176,7 @@ class ProcessEngine:
     A thread receives items (unpickled, arrays copied out) a couple ahead: the consumer does
     not wait 0.1-0.5 ms a batch for that, it happens while it works on the last one."""
 
-    def __init__(self, pipeline: Any, progress: bool, on_item: Callable[[Any], None]) -> None:
+    def __init__(self, pipeline: Any, progress: bool) -> None:
         if mp.current_process().daemon:
             raise ConfigError(
                 "engine='process' cannot start its process from a daemonic process (a "
@@ -197,31 +197,50 @@ class ProcessEngine:
         # when its control pipe closes, and every engine still open at exit is closed first.
         self._proc = ctx.Process(target=_child, args=(blob, child_data, child_control, progress),
                                  name="zephon-pipeline")  # fmt: skip
-        self._proc.start()
-        _OPEN.add(self)
-        child_data.close()
-        child_control.close()
         self._segments: dict[int, SharedMemory] = {}  # each slot's segment, as last opened
-        self._on_item = on_item  # told each item's checkpoint
+        self._convert = pipeline.spec.convert
         self.final_stats: dict[str, Any] | None = None
+        self.final_state: dict[str, Any] | None = None  # the checkpoint at the end
         self._received: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._room = threading.Semaphore(_RECEIVED)
         self._control_lock = threading.Lock()  # the receiver frees slots, stats() asks
         self._closing = False
+        self._closed = False
+        self._close_lock = threading.Lock()
         self._receiver = threading.Thread(target=self._receive, name="zephon-receive",
                                           daemon=True)  # fmt: skip
-        self._receiver.start()
+        # Open before it starts: a script that ends while another thread starts the child
+        # (an async consumer cancelled then) closes it at exit instead of leaving it to read
+        # a pipe that is gone. close() waits for the start to be over.
+        self._ready = threading.Event()
+        _OPEN.add(self)
+        try:
+            self._proc.start()
+            self._receiver.start()
+        except BaseException:
+            _OPEN.discard(self)
+            self._closed = True
+            self._data.close()
+            self._control.close()
+            raise
+        finally:
+            child_data.close()
+            child_control.close()
+            self._ready.set()
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """Each item (converted as the pipeline says: tensors, say) with the checkpoint of
+        everything up to it received."""
+        convert = self._convert
         while True:
             kind, payload = self._received.get()
             self._room.release()
+            if self._closing:  # closed from another thread: the iteration ends, no crash
+                return
             if kind == "item":
-                self._on_item(payload[1])
-                yield payload[0]
+                yield (payload[0] if convert is None else convert(payload[0])), payload[1]
             elif kind == "end":
-                self._on_item(payload[0])
-                self.final_stats = payload[1]
+                self.final_state, self.final_stats = payload
                 return
             elif kind == "error":
                 raise payload
@@ -291,7 +310,15 @@ class ProcessEngine:
         return self.final_stats or {}
 
     def close(self) -> None:
-        """Stop the child and release the shared memory."""
+        """Stop the child and release the shared memory (once: from any thread, any number
+        of times; a second caller waits for the first)."""
+        self._ready.wait()  # a start under way on another thread
+        with self._close_lock:
+            if not self._closed:
+                self._close()
+                self._closed = True
+
+    def _close(self) -> None:
         _OPEN.discard(self)
         self._closing = True
         self._send_control(("stop", None))
