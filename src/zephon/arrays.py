@@ -4,6 +4,8 @@ calls are many."""
 from __future__ import annotations
 
 import mmap
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,15 +65,53 @@ def in_order(keys: tuple[np.ndarray, ...], within: np.ndarray) -> bool:
     return True
 
 
+class _Regions:
+    """Mappings of arrays that are gone, kept (up to ``keep_bytes``) for the next array of
+    the same size: a batch of images written into fresh pages spent most of its time
+    faulting them in (38.5 MB: 22 ms, against 5 ms into pages written before; numpy's own
+    allocation: 9 ms, with its stalls). A mapping comes back when no array over it is left:
+    numpy points every view at the first array over a buffer (the base chain stops at an
+    array whose base is no array), and that one is watched by a weak reference."""
+
+    def __init__(self, keep_bytes: int) -> None:
+        self.keep_bytes = keep_bytes
+        self.free: dict[int, list[mmap.mmap]] = {}
+        self.kept = 0
+        self.lock = threading.Lock()
+
+    def array(self, nbytes: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+        size = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        with self.lock:
+            spare = self.free.get(size)
+            region = spare.pop() if spare else None
+            self.kept -= size if region is not None else 0
+        if region is None:
+            region = mmap.mmap(-1, size)
+        flat = np.frombuffer(region, dtype, nbytes // dtype.itemsize)
+        weakref.finalize(flat, self.give, region).atexit = False
+        return flat.reshape(shape)  # a view of ``flat``, as every view of it will be
+
+    def give(self, region: mmap.mmap) -> None:
+        """``region``'s arrays are all gone: keep it for the next one, or let it go."""
+        with self.lock:
+            if self.kept + len(region) <= self.keep_bytes:
+                self.free.setdefault(len(region), []).append(region)
+                self.kept += len(region)
+
+
+_REGIONS = _Regions(keep_bytes=192 << 20)  # a few batches of images
+
+
 def empty(shape: tuple[int, ...], dtype: np.dtype[Any] | type) -> np.ndarray:
     """A new, uninitialised array; a large one on plain anonymous pages, never madvised
     for huge pages, so writing it never waits for the kernel to compact memory (see
-    ``_HUGE_PAGE_BYTES``). Batches and arrays handed to the trainer are allocated here."""
+    ``_HUGE_PAGE_BYTES``), and on pages an array of its size left if there are (see
+    ``_Regions``). Batches and arrays handed to the trainer are allocated here."""
     kind = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
     if nbytes < _HUGE_PAGE_BYTES or kind.hasobject:  # objects cannot live in a buffer
         return np.empty(shape, kind)
-    return np.frombuffer(mmap.mmap(-1, nbytes), kind).reshape(shape)
+    return _REGIONS.array(nbytes, kind, shape)
 
 
 def stack(values: Sequence[np.ndarray]) -> np.ndarray:

@@ -112,3 +112,24 @@ def test_damaged_shards_give_samples_or_a_format_error(
         assert exc.dataset == "fuzz"
         return
     assert len(samples) == ds.num_samples
+
+
+def test_a_tar_sample_whose_span_cuts_a_member_is_a_format_error(tmp_path: Path) -> None:
+    """An index whose span ends inside a member's data (an index edited by hand, or written
+    for other bytes): the member was returned cut short, silently."""
+    import numpy as np
+
+    from zephon.formats.blob import Blob
+    from zephon.formats.index import RecordIndex
+
+    write_webdataset(tmp_path / "w", shards=1, per_shard=3)
+    ds = Dataset.from_path("tars", str(tmp_path / "w"), index_cache=False)
+    shard, index = ds.shards[0], ds.indexes[0]
+    data = Path(shard.uri).read_bytes()
+    blob = Blob([(0, data)])
+    assert len(ds.codec.decode(shard, index, blob, [0, 1, 2])) == 3
+    offsets = np.array(index.offsets, copy=True)
+    offsets[1] = offsets[0] + 512 + 3  # three bytes into the first member's data
+    with pytest.raises(FormatError, match="ends past its sample") as info:
+        ds.codec.decode(shard, RecordIndex(offsets), blob, [0])
+    assert (info.value.dataset, info.value.sample) == ("tars", 0)

@@ -24,6 +24,7 @@ __all__ = ["TarIndexer", "WebDatasetCodec", "split_key"]
 _BLOCK = 512
 _FILE_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
 _NAME_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE}
+_ZERO_BLOCK = bytes(_BLOCK)
 
 
 class _Header:
@@ -181,11 +182,28 @@ def sample_offsets(members: Sequence[tuple[int, str, int, int]], end: int) -> np
     return np.array([*starts, end], dtype=np.int64)
 
 
-def _members_in(buf: bytes, base: int) -> Iterator[tuple[str, bytes]]:
-    indexer = TarIndexer(base)
-    indexer.feed(buf)
-    for _, name, data_at, size in indexer.members:
-        yield name, buf[data_at - base : data_at - base + size]
+def _members_in(view: memoryview, base: int) -> Iterator[tuple[str, memoryview]]:
+    """The file members of a sample's span (``view``, at byte ``base`` of its shard): each
+    name (a GNU long name or PAX path before it applies) and its data, not copied."""
+    at, pending = 0, None
+    while len(view) - at >= _BLOCK:
+        block = bytes(view[at : at + _BLOCK])
+        if block == _ZERO_BLOCK:
+            return
+        info = _header(block) or _full_header(block, base + at)
+        at += _BLOCK
+        if at + info.size > len(view):
+            raise ValueError(f"tar member at byte {base + at - _BLOCK} ends past its sample")
+        data = view[at : at + info.size]
+        at += _padded(info.size)
+        if info.type == tarfile.GNUTYPE_LONGNAME:
+            pending = bytes(data).rstrip(b"\0").decode("utf-8")
+        elif info.type == tarfile.XHDTYPE:
+            pending = _pax_path(bytes(data)) or pending
+        else:
+            if info.type in _FILE_TYPES:
+                yield pending or info.name, data
+            pending = None
 
 
 class WebDatasetCodec:
@@ -204,12 +222,12 @@ class WebDatasetCodec:
             start, stop = int(index.offsets[i]), int(index.offsets[i + 1])
             sample: dict[str, Any] = {}
             try:
-                for name, data in _members_in(bytes(blob.slice(start, stop)), start):
+                for name, data in _members_in(blob.slice(start, stop), start):
                     key, ext = split_key(name)
                     if "__key__" in sample and key != sample["__key__"]:
                         break  # the sample's span also holds trailing padding entries
                     sample["__key__"] = key
-                    sample[ext] = data
+                    sample[ext] = bytes(data)
             except ValueError as exc:
                 raise FormatError(str(exc), dataset=self.dataset, uri=shard.uri, sample=i) from None
             if "__key__" not in sample:
