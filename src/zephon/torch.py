@@ -15,6 +15,8 @@ with :func:`loader_state`.
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,15 +33,29 @@ __all__ = ["ZephonIterableDataset", "loader_checkpoint", "loader_state", "to_ten
 
 
 def to_tensors(value: Any, pin_memory: bool = False) -> Any:
-    """numpy arrays (also inside dicts, lists, tuples) as tensors sharing their memory."""
+    """numpy arrays (also inside dicts, lists, tuples) as tensors sharing their memory;
+    ``pin_memory`` pins them where there is an accelerator to copy them to (as ``DataLoader``
+    does: without one, a warning once and plain tensors)."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         tensor = torch.from_numpy(np.ascontiguousarray(value))
-        return tensor.pin_memory() if pin_memory else tensor
+        return tensor.pin_memory() if pin_memory and _pinnable() else tensor
     if isinstance(value, dict):
         return {k: to_tensors(v, pin_memory) for k, v in value.items()}
     if isinstance(value, list | tuple) and value and isinstance(value[0], np.ndarray):
         return type(value)(to_tensors(v, pin_memory) for v in value)
     return value
+
+
+@functools.cache
+def _pinnable() -> bool:
+    """Whether this process has an accelerator, for which pinned memory is made (torch raises
+    ``Cannot access accelerator device`` mid-run otherwise)."""
+    accelerator = getattr(torch, "accelerator", None)
+    found = bool(accelerator.is_available() if accelerator else torch.cuda.is_available())
+    if not found:
+        warnings.warn("pin_memory=True but no accelerator is available: tensors are not pinned",
+                      RuntimeWarning, stacklevel=2)  # fmt: skip
+    return found
 
 
 class ZephonIterableDataset(IterableDataset[Any]):

@@ -38,6 +38,20 @@ def test_to_torch_gives_tensors(root: str) -> None:
     assert batch["input_ids"].shape == (4, 32) and batch["input_ids"].dtype == torch.int32
 
 
+def test_pin_memory_pins_where_an_accelerator_is_and_warns_where_none_is(root: str) -> None:
+    """As DataLoader(pin_memory=True) does; torch itself raised mid-run on a CPU-only host."""
+    from zephon.torch import _pinnable
+
+    _pinnable.cache_clear()
+    pipe = build(root, 0, 1).to_torch(pin_memory=True)
+    if torch.accelerator.is_available():
+        assert next(iter(pipe))["input_ids"].is_pinned()
+        return
+    with pytest.warns(RuntimeWarning, match="no accelerator"):
+        batches = list(pipe)
+    assert batches and not batches[0]["input_ids"].is_pinned()
+
+
 def test_dataloader_and_stateful_dataloader_resume(root: str) -> None:
     from torch.utils.data import DataLoader
     from torchdata.stateful_dataloader import StatefulDataLoader

@@ -59,6 +59,12 @@ def test_bad_input_is_a_config_error() -> None:
         ToTraining(dtype="float32")
     with pytest.raises(ConfigError, match="shape"):
         ToTraining()({"input_ids": [1, 2, 3], "loss_mask": [1, 1]})
+    # a batch of unpacked rows (batch() keeps rows of different lengths as a list)
+    with pytest.raises(ConfigError, match=r"equal length \(pack.*holds rows of different lengths"):
+        ToTraining()({"input_ids": [np.arange(3), np.arange(5)]})
+    with pytest.raises(ConfigError, match="equal length"):
+        ToTraining()({"input_ids": ["some", "text"]})
+    assert ToTraining()({"input_ids": []})["num_valid_tokens"] == 0  # an empty document
 
 
 def _tokens(sample: dict[str, Any]) -> dict[str, Any]:

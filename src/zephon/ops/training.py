@@ -64,12 +64,16 @@ class ToTraining:
                 f"to_training() needs a {self.field!r} field: tokenize (and pack) first, got "
                 f"{type(item).__name__}"
             )
-        ids = np.asarray(item[self.field])
+        try:
+            ids = np.asarray(item[self.field])
+        except ValueError:  # numpy refuses a batch of rows of different lengths
+            ids = None
+        if ids is None or ids.ndim not in (1, 2) or (ids.size and ids.dtype.kind not in "iu"):
+            what = "rows of different lengths" if ids is None else f"shape {ids.shape}"
+            raise ConfigError(f"to_training() needs token rows of equal length (pack, or batch "
+                              f"after pack); {self.field!r} holds {what}")  # fmt: skip
         single = ids.ndim == 1
         rows = ids[None, :] if single else ids
-        if rows.ndim != 2:
-            raise ConfigError(f"to_training() needs rows of equal length (pack, or batch "
-                              f"after pack); {self.field!r} has shape {ids.shape}")  # fmt: skip
         seg = _rows(item.get("segment_ids"), rows.shape, single, np.ones(rows.shape, np.int32))
         mask = _rows(item.get("loss_mask"), rows.shape, single, np.ones(rows.shape, np.int8))
         if "positions" in item:
