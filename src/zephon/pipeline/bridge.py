@@ -151,7 +151,7 @@ def consuming() -> Iterator[None]:
     loops' default thread pools: a training loop on a thread of its own then died with
     ``cannot schedule new futures after shutdown`` as the main thread returned. The hook
     below, run before those, waits for such threads (the interpreter would wait for them
-    anyway)."""
+    anyway; see ``_before_pools_shut_down``)."""
     thread = threading.current_thread()
     if thread is threading.main_thread() or thread.daemon:
         yield
@@ -168,21 +168,26 @@ def consuming() -> Iterator[None]:
                 del _CONSUMERS[thread]
 
 
-def _wait_for_consumers() -> None:
+def _before_pools_shut_down() -> None:
+    """The main thread is done: wait for the threads still consuming, then close what is left
+    open (iterators a script dropped, consumers on daemon threads), before the pools those
+    pipelines use are shut down under them (a daemon consumer then got ``cannot schedule new
+    futures after shutdown`` from a read on the loop's thread pool)."""
     while True:
         with _CONSUMERS_LOCK:
             alive = [thread for thread in _CONSUMERS if thread.is_alive()]
         if not alive:
-            return
+            break
         for thread in alive:
             thread.join()
+    _close_open_bridges()
 
 
 # threading runs its exit hooks last registered first: ours after concurrent.futures' (their
 # modules imported here, so already registered) runs before them.
 _register = getattr(threading, "_register_atexit", None)
 if _register is not None:
-    _register(_wait_for_consumers)
+    _register(_before_pools_shut_down)
 
 
 async def aiterate(items: Generator[T, None, None], stop: Callable[[], None]) -> AsyncIterator[T]:
