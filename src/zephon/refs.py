@@ -7,7 +7,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Cursor", "ObjectInfo", "RangeRequest", "ShardInfo"]
+__all__ = ["Cursor", "ObjectInfo", "RangeRequest", "ShardInfo", "path_of"]
+
+
+def path_of(uri: str) -> str:
+    """``uri`` without the query and fragment of an ``http(s)`` URL (a presigned URL's
+    signature, say): what names the object, for its extension, folder and identity."""
+    if uri[:8].lower().startswith(("http://", "https://")):
+        return uri.split("#", 1)[0].split("?", 1)[0]
+    return uri
 
 
 @dataclass(frozen=True, slots=True)

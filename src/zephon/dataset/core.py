@@ -28,7 +28,7 @@ from zephon.formats.index import (
     StreamIndex,
     WholeIndex,
 )
-from zephon.refs import ShardInfo
+from zephon.refs import ShardInfo, path_of
 from zephon.storage import (
     DiskCache,
     ManagedStorage,
@@ -119,7 +119,8 @@ class Dataset:
         has the same fingerprint, so its checkpoints restore there."""
         h = hashlib.sha256(f"{self.name}\0{self.format}\0{self.columns}".encode())
         for s in self.shards:
-            path = s.uri[len(self.root) :] if s.uri.startswith(self.root) else s.uri
+            uri = path_of(s.uri)  # a presigned URL's signature changes, the data does not
+            path = uri[len(self.root) :] if uri.startswith(self.root) else uri
             h.update(f"\0{path}\0{s.num_samples}\0{s.size_bytes}".encode())
         return h.hexdigest()[:16]
 
@@ -131,7 +132,7 @@ class Dataset:
         if cached is None:  # shards never change: a checkpoint per step must not rehash them
             h = hashlib.sha256()
             for s in self.shards:
-                h.update(f"{s.uri}\0{s.version}\0".encode())
+                h.update(f"{path_of(s.uri)}\0{s.version}\0".encode())
             cached = {"root": redact_uri(self.root), "versions": h.hexdigest()[:16]}
             self.__dict__["_location"] = cached
         return dict(cached)

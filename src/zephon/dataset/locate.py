@@ -21,13 +21,19 @@ from typing import Any
 
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
 from zephon.errors import ConfigError, FormatError, NotFound
-from zephon.refs import ObjectInfo
+from zephon.refs import ObjectInfo, path_of
 from zephon.storage import ManagedStorage
 from zephon.storage.uri import canonical, scheme_of
 
 __all__ = ["Located", "locate", "read_whole"]
 
 _GLOB = re.compile(r"[*?\[]")
+
+
+def _is_glob(path: str) -> bool:
+    """A pattern to match against a listing; never an HTTP URL (HTTP cannot list, and ``?``
+    there starts a query: a presigned URL's signature)."""
+    return bool(_GLOB.search(path)) and scheme_of(path) not in ("http", "https")
 
 
 @dataclass
@@ -48,7 +54,7 @@ async def locate(
 ) -> Located:  # fmt: skip
     """The dataset's objects: from its persistent index when a prefix has one (or ``index_uri``
     names one), else from a listing, a glob or the named objects."""
-    if isinstance(path, str) and not _GLOB.search(path):
+    if isinstance(path, str) and not _is_glob(path):
         root = _absolute(path)
         if root.endswith("/") or not _has_key(root):
             root = root if root.endswith("/") else root + "/"
@@ -126,11 +132,11 @@ async def _resolve(
         if not uris:
             raise ConfigError("path is an empty list")
         infos = list(await asyncio.gather(*(storage.stat(u) for u in uris)))
-        dirs = [u.rsplit("/", 1)[0] + "/" for u in uris]
+        dirs = [path_of(u).rsplit("/", 1)[0] + "/" for u in uris]
         root = os.path.commonprefix(dirs)  # noqa: RUF071  (URIs, not OS paths)
         return infos, root[: root.rfind("/") + 1]
     path = _absolute(path)
-    match = _GLOB.search(path)
+    match = _GLOB.search(path) if _is_glob(path) else None
     if match:
         prefix = path[: match.start()]
         root = prefix.rsplit("/", 1)[0] + "/"
@@ -141,7 +147,7 @@ async def _resolve(
     if _has_key(path) and not path.endswith("/"):
         try:
             info = await storage.stat(path)
-            return [info], path.rsplit("/", 1)[0] + "/"
+            return [info], path_of(path).rsplit("/", 1)[0] + "/"
         except NotFound:
             if scheme_of(path) in ("http", "https"):
                 raise

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from zephon.refs import path_of
+
 __all__ = ["basename", "format_of", "natural_key", "not_a_shard"]
 
 _JSONL_COMPRESSIONS = ("", ".gz", ".zst", ".zstd", ".bz2", ".xz")
@@ -25,7 +27,7 @@ def natural_key(uri: str) -> tuple[Any, ...]:
 
 def format_of(uri: str) -> str | None:
     """The format an object's extension implies, or ``None``."""
-    lower = uri.lower()
+    lower = path_of(uri).lower()
     for name, exts in _EXTENSIONS.items():
         if lower.endswith(exts):
             return name

@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from zephon.refs import path_of
+
 __all__ = [
     "MDS_CODECS",
     "Inflated",
@@ -29,8 +31,9 @@ _STREAM_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2
 
 def stream_kind(uri: str) -> str | None:
     """``"gzip"``, ``"zstd"``, ``"bz2"``, ``"xz"`` or ``None`` from a shard's extension."""
+    path = path_of(uri)
     for suffix, kind in _STREAM_SUFFIXES.items():
-        if uri.endswith(suffix):
+        if path.endswith(suffix):
             return kind
     return None
 

@@ -13,7 +13,13 @@ from typing import Any
 
 import aiohttp
 
-from zephon.errors import ConfigError, ObjectChanged, TransientStorageError, Unreachable
+from zephon.errors import (
+    ConfigError,
+    ObjectChanged,
+    TransientStorageError,
+    Unreachable,
+    redact_uri,
+)
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
 from zephon.storage.http_status import error_for_status, total_from_content_range
@@ -61,10 +67,11 @@ class HTTPBackend:
             )
         return self._session
 
-    async def _call(self, method: str, uri: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
+    async def _call(self, method: str, uri: str, headers: dict[str, str],
+                    read: bool = True) -> tuple[int, Any, bytes]:  # fmt: skip
         try:
             async with self._get_session().request(method, uri, headers=headers) as resp:
-                body = await resp.read() if method == "GET" else b""
+                body = await resp.read() if method == "GET" and read else b""
                 return resp.status, resp.headers, body
         except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             kind = Unreachable if isinstance(exc, aiohttp.ClientConnectorError) else None
@@ -95,11 +102,19 @@ class HTTPBackend:
 
     async def head(self, uri: str) -> ObjectInfo:
         status, headers, _ = await self._call("HEAD", uri, {"Accept-Encoding": "identity"})
-        if status != 200:
+        size = headers.get("Content-Length")
+        if status in (403, 405):  # HEAD refused: a presigned URL is signed for GET alone
+            status, headers, _ = await self._call(
+                "GET", uri, {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, read=False
+            )
+            size = (total_from_content_range(headers.get("Content-Range")) if status == 206
+                    else headers.get("Content-Length"))  # fmt: skip
+        if status not in (200, 206):
             raise error_for_status(status, uri)
-        if "Content-Length" not in headers:
-            raise ConfigError(f"server sent no Content-Length for {uri}; cannot read by range")
-        return ObjectInfo(uri, int(headers["Content-Length"]), _version_of(headers) or "")
+        if size is None:
+            raise ConfigError(f"server sent no Content-Length for {redact_uri(uri)}; cannot "
+                              "read by range")  # fmt: skip
+        return ObjectInfo(uri, int(size), _version_of(headers) or "")
 
     async def put(self, uri: str, data: bytes) -> ObjectInfo:
         raise ConfigError(f"HTTP storage is read-only; cannot write {uri}")

@@ -309,11 +309,22 @@ class Azurite(_Emulator):
 
 
 class StaticHTTPServer:
-    """aiohttp's static file handler (ranges, ETag, conditional requests) over a directory."""
+    """aiohttp's static file handler (ranges, ETag, conditional requests) over a directory.
 
-    def __init__(self, root: str | Path) -> None:
+    With ``signature``, it serves as presigned URLs do: only ``GET`` requests whose query
+    carries ``X-Amz-Signature=<signature>``; anything else (``HEAD`` included: a presigned
+    URL is signed for one method) gets 403."""
+
+    def __init__(self, root: str | Path, signature: str | None = None) -> None:
         self.root = Path(root)
-        app = web.Application()
+
+        @web.middleware
+        async def presigned(request: web.Request, handler: Any) -> web.StreamResponse:
+            if request.method != "GET" or request.query.get("X-Amz-Signature") != signature:
+                raise web.HTTPForbidden()
+            return await handler(request)  # type: ignore[no-any-return]
+
+        app = web.Application(middlewares=[presigned] if signature is not None else [])
         app.router.add_static("/", self.root, show_index=False)
         self._server = AppServer(app)
         self.url = ""
