@@ -75,16 +75,19 @@ class _Regions:
 
     def __init__(self, keep_bytes: int) -> None:
         self.keep_bytes = keep_bytes
-        self.free: dict[int, list[mmap.mmap]] = {}
+        self.free: list[mmap.mmap] = []  # oldest first
         self.kept = 0
         self.lock = threading.Lock()
 
     def array(self, nbytes: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
         size = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        region = None
         with self.lock:
-            spare = self.free.get(size)
-            region = spare.pop() if spare else None
-            self.kept -= size if region is not None else 0
+            for i in range(len(self.free) - 1, -1, -1):  # the newest of its size
+                if len(self.free[i]) == size:
+                    region = self.free.pop(i)
+                    self.kept -= size
+                    break
         if region is None:
             region = mmap.mmap(-1, size)
         flat = np.frombuffer(region, dtype, nbytes // dtype.itemsize)
@@ -92,11 +95,13 @@ class _Regions:
         return flat.reshape(shape)  # a view of ``flat``, as every view of it will be
 
     def give(self, region: mmap.mmap) -> None:
-        """``region``'s arrays are all gone: keep it for the next one, or let it go."""
+        """``region``'s arrays are all gone: keep it for the next one; the oldest kept go
+        past ``keep_bytes`` (sizes that stopped coming, say)."""
         with self.lock:
-            if self.kept + len(region) <= self.keep_bytes:
-                self.free.setdefault(len(region), []).append(region)
-                self.kept += len(region)
+            self.free.append(region)
+            self.kept += len(region)
+            while self.kept > self.keep_bytes:
+                self.kept -= len(self.free.pop(0))
 
 
 _REGIONS = _Regions(keep_bytes=192 << 20)  # a few batches of images

@@ -117,9 +117,15 @@ def test_the_pages_of_a_freed_array_serve_the_next_one_of_its_size() -> None:
     assert int(tensor.sum()) >= 0
 
 
-def test_only_so_many_freed_pages_are_kept() -> None:
+def test_only_so_many_freed_pages_are_kept_the_oldest_going_first() -> None:
     from zephon.arrays import _REGIONS
 
-    arrays = [empty((100 << 20,), np.uint8) for _ in range(3)]
+    arrays = [empty(((60 << 20) + i * 4096,), np.uint8) for i in range(3)]  # 180 MB
     del arrays
     assert _REGIONS.kept <= _REGIONS.keep_bytes
+    late = empty(((20 << 20) + 3 * 4096,), np.uint8)  # a size that came later
+    late[:] = 7
+    del late  # kept, an older one going
+    assert _REGIONS.kept <= _REGIONS.keep_bytes
+    again = empty(((20 << 20) + 3 * 4096,), np.uint8)
+    assert int(again[0]) == int(again[-1]) == 7  # its pages, not fresh (zeroed) ones
