@@ -217,6 +217,9 @@ def test_invalid_repetition_settings_name_the_conflicting_arguments() -> None:
         ({"reshuffle_on_repeat": {"b": "yes"}}, "reshuffle_on_repeat for 'b' must be a bool"),
         ({"exhausted_policy": {"a": "loop"}}, "exhausted_policy for 'a' must be one of"),
         ({"stop_after_passes": 0}, "stop_after_passes must be an int >= 1 or None"),
+        ({"mixture": [0.5, 0.5]}, r"mixture must map dataset names to weights, e.g. \{'a'"),
+        ({"mixture": {"a": 1, "c": 1}}, r"unknown \['c'\], missing \['b'\]"),
+        ({"mixture": {"a": 1, "b": 0}}, "mixture weights must be positive numbers"),
     ]:  # fmt: skip
         with pytest.raises(ConfigError, match=match):
             StaticMixtureWorkSource(ms, **kwargs)

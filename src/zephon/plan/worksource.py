@@ -131,6 +131,10 @@ class StaticMixtureWorkSource:
     def _weights(self, mixture: Mapping[str, float] | None) -> list[Fraction]:
         if mixture is None:
             return rational_weights([m.num_samples for m in self.manifests])
+        if not isinstance(mixture, Mapping):
+            example = {n: 1.0 for n in self.names}
+            raise ConfigError(f"mixture must map dataset names to weights, e.g. {example}; "
+                              f"got {type(mixture).__name__}")  # fmt: skip
         unknown = sorted(set(mixture) - set(self.names))
         missing = sorted(set(self.names) - set(mixture))
         if unknown or missing:
