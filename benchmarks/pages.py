@@ -33,7 +33,8 @@ def _setting(name: str) -> str:
 
 def _fresh_plain(crops: list[np.ndarray]) -> np.ndarray:
     """Into fresh plain pages (what ``zephon.arrays.stack`` did before it reused pages)."""
-    out = np.frombuffer(mmap.mmap(-1, len(crops) * crops[0].nbytes), np.uint8)
+    pages = mmap.mmap(-1, len(crops) * crops[0].nbytes, flags=mmap.MAP_PRIVATE)
+    out = np.frombuffer(pages, np.uint8)
     out = out.reshape(len(crops), *crops[0].shape)
     np.stack(crops, out=out)
     return out

@@ -89,7 +89,9 @@ class _Regions:
                     self.kept -= size
                     break
         if region is None:
-            region = mmap.mmap(-1, size)
+            # Private: a process forked later (a DataLoader worker) gets copies on write;
+            # shared pages let its writes reach this process's batches, and the other way.
+            region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         flat = np.frombuffer(region, dtype, nbytes // dtype.itemsize)
         weakref.finalize(flat, self.give, region).atexit = False
         return flat.reshape(shape)  # a view of ``flat``, as every view of it will be

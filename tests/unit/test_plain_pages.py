@@ -4,7 +4,9 @@ pages, whose compaction on first touch stalled one batch of images in ten to six
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -129,3 +131,24 @@ def test_only_so_many_freed_pages_are_kept_the_oldest_going_first() -> None:
     assert _REGIONS.kept <= _REGIONS.keep_bytes
     again = empty(((20 << 20) + 3 * 4096,), np.uint8)
     assert int(again[0]) == int(again[-1]) == 7  # its pages, not fresh (zeroed) ones
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_writes_its_own_copy() -> None:
+    """A DataLoader worker forked after batches were made (or freed for reuse) must not
+    write into this process's batches: the pages are private (copy on write), as numpy's
+    are. Shared anonymous pages let the child's writes through."""
+    batch = empty((8 << 20,), np.uint8)
+    batch[:] = 1
+    spare = empty((8 << 20,), np.uint8)
+    del spare  # kept for reuse: the child would take the same pages
+    with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        batch[:] = 2
+        empty((8 << 20,), np.uint8)[:] = 3
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert int(batch.max()) == 1
+    assert int(empty((8 << 20,), np.uint8).max()) != 3
