@@ -142,8 +142,8 @@ def test_a_forked_process_writes_its_own_copy() -> None:
     batch[:] = 1
     spare = empty((8 << 20,), np.uint8)
     del spare  # kept for reuse: the child would take the same pages
-    with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process
-        warnings.simplefilter("ignore", DeprecationWarning)
+    with warnings.catch_warnings():  # fork in a threaded process (3.12+), lance's at-fork hook
+        warnings.simplefilter("ignore")
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         batch[:] = 2
