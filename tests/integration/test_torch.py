@@ -74,6 +74,23 @@ def test_dataloader_and_stateful_dataloader_resume(root: str) -> None:
     assert all(torch.equal(a, b) for a, b in zip(head + rest, full, strict=True))
 
 
+def test_worker_pools_inside_dataloader_workers_are_a_config_error(root: str) -> None:
+    """A DataLoader worker is a daemonic process, which cannot start processes: the pool's
+    start failed with multiprocessing's bare AssertionError inside the pipeline."""
+    from tests import pipeline_fns as fns
+
+    ds = Dataset.from_path("web", root)
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=4).map(fns.double, processes=2).batch(4)
+    loader = torch.utils.data.DataLoader(pipe.to_torch_dataset(), batch_size=None,
+                                         num_workers=2)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"inside DataLoader\(num_workers=W\) use processes=0"):
+        next(iter(loader))
+    ok = Pipeline(ws, rank=0, world_size=1, lanes=4).map(fns.double).batch(4)
+    loader = torch.utils.data.DataLoader(ok.to_torch_dataset(), batch_size=None, num_workers=2)
+    assert sum(len(b["id"]) for b in loader) == 200
+
+
 def test_dataloader_workers_share_the_lanes_and_resume_exactly(root: str) -> None:
     from torch.utils.data import DataLoader
     from torchdata.stateful_dataloader import StatefulDataLoader

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import multiprocessing
 import time
 from typing import Any
 
@@ -62,6 +63,12 @@ class Run:
         return self.res.pool if self.res is not None else None
 
     async def start(self) -> None:
+        if self.spec.pool_size() and multiprocessing.current_process().daemon:
+            raise ConfigError(
+                "processes=N needs worker processes, which a daemonic process cannot start (a "
+                "DataLoader worker is one): inside DataLoader(num_workers=W) use processes=0 "
+                "(its workers are the processes), or keep processes=N with num_workers=0"
+            )
         self.loop = asyncio.get_running_loop()
         self.started = time.perf_counter()
         self.task = asyncio.create_task(self._main(), name="zephon-pipeline")
