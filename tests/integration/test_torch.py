@@ -82,12 +82,12 @@ def test_worker_pools_inside_dataloader_workers_are_a_config_error(root: str) ->
     ds = Dataset.from_path("web", root)
     ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
     pipe = Pipeline(ws, rank=0, world_size=1, lanes=4).map(fns.double, processes=2).batch(4)
-    loader = torch.utils.data.DataLoader(pipe.to_torch_dataset(), batch_size=None,
-                                         num_workers=2)  # fmt: skip
+    mp = {"num_workers": 2, "multiprocessing_context": "forkserver"}  # see the test below
+    loader = torch.utils.data.DataLoader(pipe.to_torch_dataset(), batch_size=None, **mp)
     with pytest.raises(ConfigError, match=r"inside DataLoader\(num_workers=W\) use processes=0"):
         next(iter(loader))
     ok = Pipeline(ws, rank=0, world_size=1, lanes=4).map(fns.double).batch(4)
-    loader = torch.utils.data.DataLoader(ok.to_torch_dataset(), batch_size=None, num_workers=2)
+    loader = torch.utils.data.DataLoader(ok.to_torch_dataset(), batch_size=None, **mp)
     assert sum(len(b["id"]) for b in loader) == 200
 
 
