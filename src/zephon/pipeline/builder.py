@@ -408,12 +408,12 @@ class Pipeline(TextSteps, ImageSteps):
         """Stop every running iteration of this pipeline."""
         for run in list(self._runs):
             await run.stop()
-        await asyncio.to_thread(self.close)  # a child process too (waits for its end)
+        if self._child is not None:  # its close waits for the child process to end
+            await asyncio.to_thread(self._child.close)
 
     def close(self) -> None:
-        """Stop every running iteration started from synchronous code, and the child
-        process of the current one: its iteration on another thread ends, as a stopped
-        in-thread run's does."""
+        """Stop every running iteration started from synchronous code, and the current
+        child process (its iteration on another thread ends, as an in-thread run's)."""
         for run in list(self._runs):
             run.stop_threadsafe()
         if self._child is not None:
