@@ -70,6 +70,7 @@ class FaultProxy:
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("GET", "/__proxy__/stats", self._stats)
         app.router.add_route("*", "/{tail:.*}", self._handle)
+        app.on_startup.append(self._open_session)
         app.on_cleanup.append(self._close_session)
         self._server = AppServer(app)
         self.url = ""
@@ -86,6 +87,11 @@ class FaultProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    async def _open_session(self, app: web.Application) -> None:
+        """The upstream session, opened with the server (one opened by a request arriving
+        during shutdown, after ``_close_session``, would never be closed)."""
+        self._session = aiohttp.ClientSession(auto_decompress=False)
 
     async def _close_session(self, app: web.Application) -> None:
         if self._session is not None:
@@ -119,8 +125,7 @@ class FaultProxy:
         draw -= f.reset_rate
         truncate = draw < f.truncate_rate and request.method == "GET"
 
-        if self._session is None:
-            self._session = aiohttp.ClientSession(auto_decompress=False)
+        assert self._session is not None  # opened on startup
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         async with self._session.request(
             request.method,
