@@ -7,10 +7,12 @@ drawn in (:func:`zephon.sample_pass`) and a seed, never by a shared generator: t
 gets the same crop and flip in any process, at any worker count and after a restore, and
 another in each pass.
 
-Decoding: JPEG through libjpeg-turbo (``simplejpeg``) when installed, with DCT scaling when a
-``max_size`` says how small the image may be (draft mode: decoding at 1/2, 1/4 or 1/8 scale,
-the three libjpeg-turbo has fast code for); everything else (PNG, WebP, GIF...) and JPEG
-without ``simplejpeg`` through Pillow.
+Decoding: JPEG through libjpeg-turbo (Zephon's own binding, :mod:`zephon.ops.jpeg`, when it
+was built, else ``simplejpeg``), with DCT scaling when a ``max_size`` says how small the
+image may be (draft mode: decoding at 1/2, 1/4 or 1/8 scale, the three libjpeg-turbo has fast
+code for); everything else (PNG, WebP, GIF...) and JPEG without either through Pillow. A
+decode followed by a random resized crop on the same workers decodes only the crop
+(:class:`~zephon.ops.jpeg.DecodeCrop`), with the same pixels.
 Images come out as uint8 ``HxWxC`` numpy arrays (``HxW`` for ``mode="L"``). Resizing goes
 through OpenCV when installed (bilinear, area averaging when shrinking 2x or more: 4x
 faster than Pillow on a crop, which copies the pixels into and out of its own layout), else
@@ -32,6 +34,7 @@ import numpy as np
 
 from zephon.context import sample_pass
 from zephon.errors import ConfigError, FormatError
+from zephon.ops import jpeg
 
 __all__ = ["CenterCrop", "DecodeImage", "Flip", "RandomResizedCrop", "Resize", "ToCHW"]
 
@@ -72,6 +75,15 @@ def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
 def _decode(
     data: bytes, mode: str, backend: str, max_size: int | None, max_pixels: int | None
 ) -> np.ndarray:
+    if data[:3] == _JPEG and backend == "auto" and mode in ("RGB", "L") and jpeg.available():
+        try:
+            height, width, _ = jpeg.header(data)
+            _check_pixels(width, height, max_pixels)
+            scale = _draft_scale(height, width, max_size)
+            box = (0, 0, -(-height // scale), -(-width // scale))
+            return jpeg.decode_region(data, mode == "L", scale, box)
+        except NotImplementedError:  # CMYK: Pillow converts it
+            backend = "pillow"
     if data[:3] == _JPEG and backend in ("auto", "simplejpeg") and mode in ("RGB", "L"):
         try:
             import simplejpeg
@@ -97,14 +109,21 @@ def _decode(
         return np.asarray(img.convert(mode))
 
 
-def _draft(height: int, width: int, max_size: int) -> dict[str, int]:
-    """simplejpeg's size bounds for the smallest of 1/2, 1/4 and 1/8 scale that keeps both
-    sides >= ``max_size`` (or full size). Only those three: libjpeg-turbo has SIMD code for
-    them, while its other M/8 scales (7/8, 3/4...) run plain C and decode a 400 px image
-    slower at 7/8 than at full size (1,035 against 1,289 images/s, benchmarks/images.py)."""
+def _draft_scale(height: int, width: int, max_size: int | None) -> int:
+    """The smallest of 1/2, 1/4 and 1/8 scale that keeps both sides >= ``max_size`` (as its
+    denominator; 1: full size). Only those three: libjpeg-turbo has SIMD code for them,
+    while its other M/8 scales (7/8, 3/4...) run plain C and decode a 400 px image slower at
+    7/8 than at full size (1,035 against 1,289 images/s, benchmarks/images.py)."""
     scale = 1
-    while scale < 8 and min(-(-height // (2 * scale)), -(-width // (2 * scale))) >= max_size:
+    while (max_size and scale < 8
+           and min(-(-height // (2 * scale)), -(-width // (2 * scale))) >= max_size):  # fmt: skip
         scale *= 2
+    return scale
+
+
+def _draft(height: int, width: int, max_size: int) -> dict[str, int]:
+    """simplejpeg's size bounds for :func:`_draft_scale`."""
+    scale = _draft_scale(height, width, max_size)
     return {"min_height": -(-height // scale), "min_width": -(-width // scale)}
 
 
@@ -161,15 +180,28 @@ class DecodeImage:
                               f"({type(exc).__name__}: {why})") from None  # fmt: skip
         return {**sample, self.out: image}
 
+    def fused_with(self, after: Any) -> Any:
+        """This decode and ``after`` as one call when ``after`` is a random resized crop of
+        the image it writes (only the crop of a JPEG is decoded), else ``None``."""
+        if (isinstance(after, RandomResizedCrop) and after.field == self.out
+                and self.backend == "auto" and self.mode in ("RGB", "L")
+                and jpeg.available()):  # fmt: skip
+            return jpeg.DecodeCrop(self, after)
+        return None
 
-def _rng(sample: dict[str, Any], image: np.ndarray, seed: int, salt: str) -> np.random.Generator:
+
+def _key(sample: dict[str, Any]) -> Any:
+    return sample.get("__key__", sample.get("id", sample.get("_provenance")))
+
+
+def _rng(sample: dict[str, Any], image: Any, seed: int, salt: str) -> np.random.Generator:
     """A generator keyed by the sample's identity, the pass it was drawn in, the seed and
     the step (pass 0 adds nothing to the key: the first pass draws as an op called alone)."""
     h = hashlib.blake2b(f"{seed}\0{salt}\0".encode(), digest_size=16)
     pass_ = sample_pass()
     if pass_:
         h.update(f"pass {pass_}\0".encode())
-    key = sample.get("__key__", sample.get("id", sample.get("_provenance")))
+    key = _key(sample)
     if key is not None:
         h.update(repr(key).encode())
     else:  # no identity: the image itself
@@ -288,6 +320,20 @@ class RandomResizedCrop:
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         image = sample[self.field]
         h, w = image.shape[:2]
+        top, left, ch, cw = self.box(sample, h, w, image)
+        return {**sample, self.field: self.resized(image[top : top + ch, left : left + cw])}
+
+    def keyed(self, sample: dict[str, Any]) -> bool:
+        """Whether the draw for ``sample`` is keyed by its identity (else by its pixels)."""
+        return _key(sample) is not None
+
+    def resized(self, crop: np.ndarray) -> np.ndarray:
+        return _resize(crop, *self.size, self.backend)
+
+    def box(self, sample: dict[str, Any], h: int, w: int,
+            image: np.ndarray | None = None) -> tuple[int, int, int, int]:  # fmt: skip
+        """The crop ``(top, left, height, width)`` drawn for ``sample`` in an ``h`` x ``w``
+        image (``image`` keys the draw when the sample has no identity)."""
         rng = _rng(sample, image, self.seed, "random_resized_crop")
         area = h * w
         log_ratio = np.log(self.ratio)
@@ -303,8 +349,7 @@ class RandomResizedCrop:
             cw, ch = (w, round(w / aspect)) if w / h < aspect else (round(h * aspect), h)
             cw, ch = min(cw, w), min(ch, h)
             top, left = (h - ch) // 2, (w - cw) // 2
-        crop = image[top : top + ch, left : left + cw]
-        return {**sample, self.field: _resize(crop, *self.size, self.backend)}
+        return top, left, ch, cw
 
 
 class Flip:
