@@ -311,3 +311,16 @@ def test_an_image_declaring_too_many_pixels_is_refused_before_it_is_allocated() 
         DecodeImage("img", max_pixels=5000)({"img": png})
     assert DecodeImage("img", max_pixels=None)({"img": png})["img"].shape == (100, 100, 3)
     assert "max_pixels" not in DecodeImage("img").__name__  # the default keeps old names
+
+
+def test_the_binding_is_built_wherever_libjpeg_turbo_headers_are() -> None:
+    """setup.py builds zephon._jpeg optionally: a build that failed silently would only show
+    as slower epochs, so where the headers are (this project's machines), it must exist."""
+    import sysconfig
+
+    from zephon.ops import jpeg
+
+    roots = {"/usr/include", "/usr/local/include", sysconfig.get_paths()["include"]}
+    if not any((Path(root) / "jpeglib.h").exists() for root in roots):
+        pytest.skip("no libjpeg headers on this machine")
+    assert jpeg.available()
