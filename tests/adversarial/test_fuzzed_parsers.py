@@ -133,3 +133,47 @@ def test_a_tar_sample_whose_span_cuts_a_member_is_a_format_error(tmp_path: Path)
     with pytest.raises(FormatError, match="ends past its sample") as info:
         ds.codec.decode(shard, RecordIndex(offsets), blob, [0])
     assert (info.value.dataset, info.value.sample) == ("tars", 0)
+
+
+def _jpegs() -> list[bytes]:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    out = []
+    for options in ({}, {"progressive": True}, {"subsampling": 0}):
+        y, x = np.mgrid[0:90, 0:120]
+        img = np.stack([x * 2, y * 2, (x + y) % 256], -1) + rng.integers(0, 40, (90, 120, 3))
+        buf = io.BytesIO()
+        Image.fromarray(img.clip(0, 255).astype(np.uint8)).save(buf, "JPEG", **options)
+        out.append(buf.getvalue())
+    return out
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=300, deadline=None)
+@given(hows=st.lists(damages, min_size=1, max_size=4), which=st.integers(0, 2),
+       seed=st.integers(0, 3))  # fmt: skip
+def test_damaged_jpegs_decode_or_give_a_format_error_by_region_and_whole(
+    hows: list[Damage], which: int, seed: int
+) -> None:
+    """zephon._jpeg is C: damaged files (headers included) must come back as pixels or a
+    FormatError through both the whole decode and the crop-only decode, never a crash."""
+    from zephon.ops.image import DecodeImage, RandomResizedCrop
+    from zephon.ops.transform import Chain
+
+    data = _JPEGS[which]
+    for how in hows:
+        data = damage(data, how)
+    crop = RandomResizedCrop(32, "jpg", (0.08, 1.0), (3 / 4, 4 / 3), seed=seed)
+    for step in (DecodeImage("jpg"), Chain([("map", DecodeImage("jpg")), ("map", crop)])):
+        try:
+            out = step({"id": seed, "jpg": data})["jpg"]
+        except FormatError:
+            continue
+        assert out.dtype.name == "uint8" and out.ndim == 3
+
+
+_JPEGS = _jpegs()
