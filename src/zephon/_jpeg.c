@@ -28,8 +28,10 @@
 
 #include <jpeglib.h>
 
-#if !defined(LIBJPEG_TURBO_VERSION_NUMBER) || LIBJPEG_TURBO_VERSION_NUMBER < 1005000
-#error "zephon._jpeg needs libjpeg-turbo >= 1.5 (jpeg_skip_scanlines, jpeg_crop_scanline)"
+/* jpeg_skip_scanlines and jpeg_crop_scanline came in 1.5; the 2.0 series fixed crashes and
+ * wrong rows in them for some subsamplings. Built against 2.1.5 here. */
+#if !defined(LIBJPEG_TURBO_VERSION_NUMBER) || LIBJPEG_TURBO_VERSION_NUMBER < 2001000
+#error "zephon._jpeg needs libjpeg-turbo >= 2.1"
 #endif
 
 #define MARGIN 16 /* columns decoded beyond each side of a crop: one MCU of 4:2:0 */
