@@ -161,32 +161,39 @@ async def test_azure_reads_survive_throttles_resets_and_truncation(
         assert proxy.injected["throttle"] > 5 and storage.stats.throttles > 5
 
 
+@pytest.mark.parametrize("kind", ["static", "proxy"])
 @pytest.mark.parametrize(
     "sent",
     [b"", b"GET /a.bin HTTP/1.1\r\nHost", b"GET /a.bin HTTP/1.1\r\n\r\n"],
     ids=["connected", "mid-request", "request-sent"],
 )
 def test_a_test_server_stopped_while_a_client_connects_leaves_no_socket_open(
-    tmp_path: Path, sent: bytes
+    tmp_path: Path, sent: bytes, kind: str
 ) -> None:
     """The servers tests start are stopped while clients still connect (a read ahead, a
-    retry): the accepted socket must be closed with the server, not found unclosed by the
-    garbage collector in a later test (pytest turns that ResourceWarning into an error;
-    asyncio's own loop left it open in about one stop in three here)."""
+    retry): the accepted socket (and a proxy's upstream connection) must be closed with the
+    server, not found unclosed by the garbage collector in a later test (pytest turns that
+    ResourceWarning into an error; asyncio's own loop left it open in about one stop in
+    three here)."""
     (tmp_path / "a.bin").write_bytes(b"x" * 100)
     unraisable: list[str] = []
-    for _ in range(10):
-        server = StaticHTTPServer(tmp_path)
-        port = int(server.start().rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            client.sendall(sent)
-            server.stop()
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            hook, sys.unraisablehook = sys.unraisablehook, lambda u: unraisable.append(str(u))
-            try:
-                gc.collect()
-            finally:
-                sys.unraisablehook = hook
-        leaked = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
-        assert leaked + unraisable == []
+    with StaticHTTPServer(tmp_path) as upstream:
+        for _ in range(10):
+            server: StaticHTTPServer | FaultProxy = (
+                StaticHTTPServer(tmp_path) if kind == "static" else FaultProxy(upstream, Faults())
+            )
+            server.start()
+            port = int(server.url.rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(sent)
+                server.stop()
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                hook = sys.unraisablehook
+                sys.unraisablehook = lambda u: unraisable.append(str(u))
+                try:
+                    gc.collect()
+                finally:
+                    sys.unraisablehook = hook
+            leaked = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
+            assert leaked + unraisable == []
