@@ -28,7 +28,8 @@ import functools
 import hashlib
 import io
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from zephon.ops import jpeg
 __all__ = ["CenterCrop", "DecodeImage", "Flip", "RandomResizedCrop", "Resize", "ToCHW"]
 
 _JPEG = b"\xff\xd8\xff"
+T = TypeVar("T")
 # imported lazily; a worker pool preloads them
 WORKER_IMPORTS = ("simplejpeg", "PIL.Image", "cv2")
 RESIZERS = ("auto", "opencv", "pillow")
@@ -76,14 +78,10 @@ def _decode(
     data: bytes, mode: str, backend: str, max_size: int | None, max_pixels: int | None
 ) -> np.ndarray:
     if data[:3] == _JPEG and backend == "auto" and mode in ("RGB", "L") and jpeg.available():
-        try:
-            height, width, _ = jpeg.header(data)
-            _check_pixels(width, height, max_pixels)
-            scale = _draft_scale(height, width, max_size)
-            box = (0, 0, -(-height // scale), -(-width // scale))
-            return jpeg.decode_region(data, mode == "L", scale, box)
-        except NotImplementedError:  # CMYK: Pillow converts it
-            backend = "pillow"
+        whole = jpeg_region(data, mode, max_size, max_pixels)
+        if whole is not None:
+            return whole
+        backend = "pillow"  # CMYK: Pillow converts it
     if data[:3] == _JPEG and backend in ("auto", "simplejpeg") and mode in ("RGB", "L"):
         try:
             import simplejpeg
@@ -109,21 +107,27 @@ def _decode(
         return np.asarray(img.convert(mode))
 
 
-def _draft_scale(height: int, width: int, max_size: int | None) -> int:
-    """The smallest of 1/2, 1/4 and 1/8 scale that keeps both sides >= ``max_size`` (as its
-    denominator; 1: full size). Only those three: libjpeg-turbo has SIMD code for them,
-    while its other M/8 scales (7/8, 3/4...) run plain C and decode a 400 px image slower at
-    7/8 than at full size (1,035 against 1,289 images/s, benchmarks/images.py)."""
-    scale = 1
-    while (max_size and scale < 8
-           and min(-(-height // (2 * scale)), -(-width // (2 * scale))) >= max_size):  # fmt: skip
-        scale *= 2
-    return scale
+def jpeg_region(
+    data: bytes, mode: str, max_size: int | None, max_pixels: int | None,
+    choose: Callable[[int, int], tuple[int, int, int, int]] | None = None,
+) -> np.ndarray | None:  # fmt: skip
+    """A JPEG through :mod:`zephon.ops.jpeg`: whole, or the ``(top, left, height, width)``
+    region ``choose(height, width)`` picks in the image as decoded (at the draft scale
+    ``max_size`` allows); ``None`` for a CMYK file, which it cannot convert."""
+    height, width, _ = jpeg.header(data)
+    _check_pixels(width, height, max_pixels)
+    scale = jpeg.draft_scale(height, width, max_size)
+    h, w = -(-height // scale), -(-width // scale)
+    try:
+        box = choose(h, w) if choose else (0, 0, h, w)
+        return jpeg.decode_region(data, mode == "L", scale, box)
+    except NotImplementedError:
+        return None
 
 
 def _draft(height: int, width: int, max_size: int) -> dict[str, int]:
-    """simplejpeg's size bounds for :func:`_draft_scale`."""
-    scale = _draft_scale(height, width, max_size)
+    """simplejpeg's size bounds for :func:`~zephon.ops.jpeg.draft_scale`."""
+    scale = jpeg.draft_scale(height, width, max_size)
     return {"min_height": -(-height // scale), "min_width": -(-width // scale)}
 
 
@@ -167,8 +171,13 @@ class DecodeImage:
         if isinstance(value, np.ndarray):  # raw pixels already (MDS / LitData "pil")
             return {**sample, self.out: _to_mode(value, self.mode)}
         data = _image_bytes(value, self.field)
+        args = (data, self.mode, self.backend, self.max_size, self.max_pixels)
+        return {**sample, self.out: self.guarded(_decode, *args)}
+
+    def guarded(self, decode: Callable[..., T], *args: Any) -> T:
+        """``decode(*args)``, its errors for bad input as ``FormatError`` naming the field."""
         try:
-            image = _decode(data, self.mode, self.backend, self.max_size, self.max_pixels)
+            return decode(*args)
         except ConfigError:
             raise
         except FormatError as exc:
@@ -178,7 +187,6 @@ class DecodeImage:
             why = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))
             raise FormatError(f"corrupt image in field {self.field!r} "
                               f"({type(exc).__name__}: {why})") from None  # fmt: skip
-        return {**sample, self.out: image}
 
     def fused_with(self, after: Any) -> Any:
         """This decode and ``after`` as one call when ``after`` is a random resized crop of
