@@ -15,8 +15,8 @@ against a bare loop.
    +30 ms; decode -> random-resized-crop 224 -> flip -> batches of 256 with 2 worker processes
    (Zephon: ``processes=2``; peers: DataLoader ``num_workers=2``), one shuffled epoch each in a
    fresh process (``benchmarks/peer_images.py`` in each peer's venv), against the bare
-   2-process loop of Zephon's decoder. Images/s, first batch, peak RSS of all processes,
-   requests and bytes fetched.
+   2-process loop of Zephon's decoder. Images/s, import time, first batch (imports excluded,
+   as in peer_run.py), peak RSS of all processes, requests and bytes fetched.
 
     .venv/bin/python benchmarks/images.py                         # parts 1 and 2
     .venv/bin/python benchmarks/images.py --peers --images 20000   # part 3
@@ -291,8 +291,9 @@ def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int
     print(f"\n# 3. {n:,} JPEGs at +30 ms: decode -> random-resized-crop 224 -> flip -> batch "
           f"256, 2 worker processes, median of {rounds}; bare 2-process loop {bare:,.0f} "
           f"images/s; {peer}")  # fmt: skip
-    print(f"{'system':<34} {'images/s':>9} {'x best peer':>11} {'x bare':>7} {'first':>7} "
-          f"{'RSS MB':>7} {'disk MB':>8} {'requests':>8} {'MB fetched':>15}")  # fmt: skip
+    print(f"{'system':<34} {'images/s':>9} {'x best peer':>11} {'x bare':>7} {'import':>7} "
+          f"{'first':>7} {'RSS MB':>7} {'disk MB':>8} {'requests':>8} "
+          f"{'MB fetched':>15}")  # fmt: skip
     for label, _, _, prefix, _ in rows:
         r = results[label]
         if "error" in r:
@@ -305,8 +306,8 @@ def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int
         flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
         to_best = f"{rate(r) / best:>10.2f}x" if best else f"{'-':>11}"  # --only: no peer
         print(f"{label:<34} {rate(r):>9,.0f} {to_best} {rate(r) / bare:>6.2f}x "
-              f"{r['first_s']:>6.2f}s {r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} "
-              f"{r['requests']:>8} {fetched:>15}{flags}")  # fmt: skip
+              f"{r.get('import_s', 0.0):>6.2f}s {r['first_s']:>6.2f}s {r['peak_rss_mb']:>7.0f} "
+              f"{r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15}{flags}")  # fmt: skip
 
 
 def main() -> None:

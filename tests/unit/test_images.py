@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.errors import ConfigError, FormatError
-from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop, Resize
+from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop, Resize, ToCHW
+from zephon.ops.transform import Chain
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -142,6 +145,29 @@ def test_image_steps_follow_a_pooled_decode_into_one_worker_call(tmp_path: Path)
     assert "map#0+1+2+3[0]" in pipe.stats()["stages"]  # one stage: one crossing per block
     alone = Pipeline(ws, rank=0, world_size=1).decode_image("jpg").random_resized_crop(48)
     assert "(in the same worker call)" not in alone.explain()  # in process, like a map
+
+
+def _where(sample: dict[str, Any]) -> dict[str, Any]:
+    return {**sample, "pid": os.getpid()}
+
+
+def test_only_image_steps_run_on_this_process_threads_while_the_workers_start(
+    tmp_path: Path,
+) -> None:
+    """A pool's head start (run on threads while its workers start) is for steps that say
+    they run without the GIL and keep no state: Zephon's image steps, not a user's map."""
+    crop = RandomResizedCrop(48, "jpg", (0.5, 1), (0.75, 1.33), 0)
+    image_steps = [("map", DecodeImage("jpg")), ("map", crop), ("map", Flip("jpg", 0.5, 0)),
+                   ("map", ToCHW("jpg"))]  # fmt: skip
+    assert Chain(image_steps).releases_gil
+    assert not Chain([*image_steps, ("map", _where)]).releases_gil
+    _tars(tmp_path / "tars")
+    ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
+    ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
+    pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2)
+            .map(_where, processes=2))  # fmt: skip
+    pids = {s["pid"] for s in pipe}
+    assert pids and os.getpid() not in pids  # the user's map ran in the workers only
 
 
 def test_corrupt_images_are_skipped_and_counted_when_asked(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, TypeVar
@@ -178,6 +178,7 @@ class WorkerPool:
         self._starting: asyncio.Future[None] | None = None
         self._starter: threading.Thread | None = None
         self._answered = False  # a worker has returned a result: the workers did start
+        self._head_start: ThreadPoolExecutor | None = None  # see run(gil_free=True)
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -244,10 +245,19 @@ class WorkerPool:
             self._starter.join(timeout_s)
             self._starter = None
 
-    async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker. Exceptions raised by ``fn`` come back with their type."""
+    async def run(self, stage: str, fn: Callable[..., T], *args: Any, gil_free: bool = False) -> T:
+        """``fn(*args)`` in a worker. Exceptions raised by ``fn`` come back with their type.
+
+        ``gil_free``: ``fn`` does its work without the interpreter lock and may run on
+        threads (Zephon's image steps). While the workers are still starting, such calls run
+        on ``processes`` threads of this process instead of waiting: the first blocks' images
+        are decoded during the few hundred milliseconds a fork server takes to start."""
         loop = asyncio.get_running_loop()
         if self._starter is not None:  # once: later calls go straight to the workers
+            if gil_free and self._starting is not None and not self._starting.done():
+                if self._head_start is None:
+                    self._head_start = ThreadPoolExecutor(self.processes, "zephon-head-start")
+                return await loop.run_in_executor(self._head_start, functools.partial(fn, *args))
             await self.started()
         try:
             result = await asyncio.wrap_future(self._submit(fn, *args), loop=loop)
@@ -292,6 +302,9 @@ class WorkerPool:
         A start still under way is waited for first (synchronously: a shutdown must not be
         cancellable, or a pool would outlive its run and hold the interpreter's exit)."""
         self._join_starter(timeout_s)
+        if self._head_start is not None:
+            self._head_start.shutdown(wait=True, cancel_futures=True)
+            self._head_start = None
         if self._executor is None:
             return
         executor, self._executor = self._executor, None

@@ -87,8 +87,9 @@ class RayPool:
         assert self._starting is not None
         await asyncio.shield(self._starting)
 
-    async def run(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on an actor (see the module doc for failures)."""
+    async def run(self, stage: str, fn: Callable[..., T], *args: Any, gil_free: bool = False) -> T:
+        """``fn(*args)`` on an actor (see the module doc for failures). ``gil_free`` is the
+        local pool's (its head start); actors always run the call."""
         await self._ready()
         ray = self._ray
         for attempt in range(self.config.max_retries + 1):

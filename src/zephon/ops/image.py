@@ -46,6 +46,12 @@ WORKER_IMPORTS = ("simplejpeg", "PIL.Image", "cv2")
 RESIZERS = ("auto", "opencv", "pillow")
 
 
+class _Step:
+    """An image step: stateless, its work in C without the GIL (threads may run it)."""
+
+    releases_gil = True
+
+
 def _image_bytes(value: Any, field: str) -> bytes:
     """Bytes of an encoded image: raw bytes, the HF ``{"bytes", "path"}`` layout, or base64."""
     if isinstance(value, dict) and "bytes" in value:
@@ -147,7 +153,7 @@ def _to_mode(image: np.ndarray, mode: str) -> np.ndarray:
     return np.concatenate([rgb, alpha], axis=2)
 
 
-class DecodeImage:
+class DecodeImage(_Step):
     """``sample[field]`` (encoded bytes) -> a uint8 array in ``sample[out or field]``."""
 
     def __init__(self, field: str, mode: str = "RGB", backend: str = "auto",
@@ -275,7 +281,7 @@ def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
-class Resize:
+class Resize(_Step):
     """To ``size`` (``(height, width)``), or with the shorter side at ``size`` (an int)."""
 
     def __init__(self, size: int | tuple[int, int], field: str, backend: str = "auto") -> None:
@@ -293,7 +299,7 @@ class Resize:
         return {**sample, self.field: _resize(image, height, width, self.backend)}
 
 
-class CenterCrop:
+class CenterCrop(_Step):
     """The central ``size`` (``(height, width)`` or a square), padded with zeros if larger."""
 
     def __init__(self, size: int | tuple[int, int], field: str) -> None:
@@ -313,7 +319,7 @@ class CenterCrop:
                                                                  left : left + width])}  # fmt: skip
 
 
-class RandomResizedCrop:
+class RandomResizedCrop(_Step):
     """A crop of random area (``scale`` of the image) and aspect ratio (``ratio``), resized to
     ``size``; the draw is keyed by the sample and ``seed`` (module docstring). After ten
     draws that do not fit, the central crop of the nearest ratio, as torchvision does."""
@@ -360,7 +366,7 @@ class RandomResizedCrop:
         return top, left, ch, cw
 
 
-class Flip:
+class Flip(_Step):
     """A horizontal flip with probability ``p`` (keyed by the sample and ``seed``)."""
 
     def __init__(self, field: str, p: float, seed: int) -> None:
@@ -388,7 +394,7 @@ def _flipped(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(image.view(pixel)[:, ::-1]).view(image.dtype).reshape(image.shape)
 
 
-class ToCHW:
+class ToCHW(_Step):
     """``HxWxC`` -> ``CxHxW`` (contiguous), so ``batch()`` stacks ``NCHW``."""
 
     def __init__(self, field: str) -> None:

@@ -86,6 +86,8 @@ class DecodeCrop:
     decodes only the crop of a JPEG. Anything else (no binding, PNG, a sample without an
     identity to key the draw by, CMYK) runs the two steps as they are."""
 
+    releases_gil = True  # as the two steps
+
     def __init__(self, decode: DecodeImage, crop: RandomResizedCrop) -> None:
         self.decode, self.crop = decode, crop
         self.__name__ = f"{decode.__name__} -> {crop.__name__}"

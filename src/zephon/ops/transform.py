@@ -37,6 +37,7 @@ class Chain:
         self.steps = steps
         self.__name__ = " -> ".join(f"{kind} {_name(fn)}" for kind, fn in steps)
         self._calls = _fused(steps)
+        self.releases_gil = all(getattr(fn, "releases_gil", False) for _, fn in steps)
 
     def __call__(self, item: Any) -> Any:
         for kind, fn in self._calls:
@@ -164,9 +165,9 @@ async def apply_block(
         return block.with_items(results)
     skip = on_skip is not None
     if pool is not None:
-        results, failed = await pool.run(
-            stage_name, run_batch, kind, fn, block.items, block.provenance(), skip
-        )
+        gil_free = getattr(fn, "releases_gil", False)  # threads may run it: WorkerPool.run
+        results, failed = await pool.run(stage_name, run_batch, kind, fn, block.items,
+                                         block.provenance(), skip, gil_free=gil_free)  # fmt: skip
     elif inspect.iscoroutinefunction(fn):
         results, failed = await _await_each(kind, fn, block, skip)
     else:
