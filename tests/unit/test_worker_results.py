@@ -1,5 +1,6 @@
 """Worker results come back through shared memory: equal values, writable arrays of their
-own, and no segment outlives its result (received, cancelled, or its worker killed)."""
+own; segments are used again once given back (received, cancelled), never stay busy, and none
+outlives its pool (shut down, or its worker killed)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,21 @@ def pools() -> Iterator[Callable[[int], WorkerPool]]:
         pool.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def _swept() -> Iterator[None]:
+    """The kept segments of this module's own prefixes go with each test."""
+    yield
+    for prefix in ("zphtest_", "zphfull_"):
+        shm.sweep(prefix)
+
+
 def _segments(prefix: str) -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+
+
+def _busy(prefix: str) -> list[str]:
+    """Segments of ``prefix`` not given back (a kept segment's first byte says so)."""
+    return [n for n in _segments(prefix) if Path("/dev/shm", n).read_bytes()[:1] != b"\0"]
 
 
 def _assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
@@ -51,14 +65,26 @@ def _assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
     assert (got["text"], got["seed"]) == (want["text"], want["seed"])
 
 
-def test_large_arrays_go_through_a_segment_that_is_gone_once_received() -> None:
+def test_large_arrays_go_through_a_segment_given_back_once_received_and_used_again() -> None:
     packed = shm.pack(pipeline_fns.arrays(0), "zphtest_")
-    assert packed.name is not None and not packed.inline
-    assert _segments(packed.name) == [packed.name]
+    assert packed.name is not None and not packed.inline and packed.kept
+    assert _busy("zphtest_") == [packed.name]
     assert len(packed.data) < 250_000  # only the strided view (214 KB) went in the pickle
     got = shm.unpack(packed)
-    assert _segments(packed.name) == []
+    assert _busy("zphtest_") == [] and _segments("zphtest_") == [packed.name]
     _assert_same(got, pipeline_fns.arrays(0))
+    again = shm.pack(pipeline_fns.arrays(1), "zphtest_")
+    assert again.name == packed.name  # the same pages, no new segment
+    _assert_same(shm.unpack(again), pipeline_fns.arrays(1))
+    _assert_same(got, pipeline_fns.arrays(0))  # the first result owns its arrays
+    held = [shm.pack(pipeline_fns.arrays(s), "zphtest_") for s in range(shm.KEEP + 2)]
+    assert len({p.name for p in held}) == shm.KEEP + 2  # none given back: each its own
+    assert sum(p.kept for p in held) == shm.KEEP  # past those kept, used once
+    for seed, p in enumerate(held):
+        _assert_same(shm.unpack(p), pipeline_fns.arrays(seed))
+    assert len(_segments("zphtest_")) == shm.KEEP and _busy("zphtest_") == []
+    shm.sweep("zphtest_")
+    assert _segments("zphtest_") == []
 
 
 async def test_results_of_workers_are_equal_and_own_their_arrays(
@@ -73,7 +99,10 @@ async def test_results_of_workers_are_equal_and_own_their_arrays(
         assert not np.shares_memory(first, second)
         assert not np.shares_memory(first, results[seed - 1]["images"][0])
         first[0, 0] = 7
-    assert _segments(pool.segment_prefix) == []  # unlinked on receipt
+    assert _busy(pool.segment_prefix) == []  # each given back on receipt
+    assert len(_segments(pool.segment_prefix)) <= 2 * shm.KEEP  # kept by each worker
+    pool.shutdown()
+    assert _segments(pool.segment_prefix) == []
 
 
 async def test_a_cancelled_call_leaves_no_segment(pools: Callable[[int], WorkerPool]) -> None:
@@ -87,7 +116,7 @@ async def test_a_cancelled_call_leaves_no_segment(pools: Callable[[int], WorkerP
     # ran at all) has been received and unlinked.
     got = await pool.run("s", pipeline_fns.arrays, 2)
     _assert_same(got, pipeline_fns.arrays(2))
-    assert _segments(pool.segment_prefix) == []
+    assert _busy(pool.segment_prefix) == []
 
 
 async def test_a_segment_whose_worker_died_is_swept_at_shutdown() -> None:
@@ -158,7 +187,7 @@ async def test_large_bytes_reach_workers_as_bytes_through_a_segment_removed_afte
     got = await asyncio.gather(*(pool.run("s", pipeline_fns.describe, items) for _ in range(4)))
     assert all(g == _expected(items) for g in got)
     assert {kind for kind, _, _ in got[0]} == {"bytes", "int"}
-    assert _segments(pool.segment_prefix) == []  # the arguments' segments too
+    assert _busy(pool.segment_prefix) == []  # the arguments' segments too
 
 
 async def test_a_call_cancelled_before_it_ran_removes_its_arguments_segment(
@@ -174,7 +203,7 @@ async def test_a_call_cancelled_before_it_ran_removes_its_arguments_segment(
     await busy
     got = await pool.run("s", pipeline_fns.describe, _blobs(3))
     assert got == _expected(_blobs(3))
-    assert _segments(pool.segment_prefix) == []
+    assert _busy(pool.segment_prefix) == []
 
 
 def test_a_full_shared_memory_at_reservation_falls_back_and_leaves_nothing(
@@ -202,7 +231,18 @@ def test_arguments_arrive_equal_whatever_the_mix_of_small_and_large_values() -> 
             assert shm.unpack_args(packed) == ("map", items, 7)
         finally:
             shm.discard(packed)
-    assert _segments("zphtest_") == []
+    assert _busy("zphtest_") == []
+
+
+def test_an_array_argument_is_a_copy_not_a_view_of_a_segment_used_again() -> None:
+    packed = shm.pack_args(("map", [np.full(300_000, 1.0)], _blobs(8)), "zphtest_")
+    (_, [array], blobs) = shm.unpack_args(packed)
+    shm.discard(packed)
+    again = shm.pack_args(("map", [np.full(300_000, 2.0)], _blobs(8)), "zphtest_")
+    assert again.name == packed.name and again.kept  # written over the same pages
+    assert shm.unpack_args(again)[1][0][0] == 2.0
+    assert array.min() == array.max() == 1.0 and blobs == _blobs(8)
+    shm.discard(again)
 
 
 def _ours() -> list[str]:

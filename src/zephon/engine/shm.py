@@ -8,14 +8,18 @@ samples, lifted by :func:`pack_args`) out of the stream, writes them into one ne
 shared-memory segment and sends the small rest; the receiver maps the segment and copies each
 buffer out once. Two copies in all, no pipe, no pickle of the payload.
 
-Each segment has one owner who removes it. A result's segment is made by the worker and
-removed by the parent as it arrives (whether or not anyone still waits for it); a call's
-arguments' segment is made by the parent and removed when the call is over or cancelled. The
-resource tracker the workers share with the parent removes any left by a process that dies,
-and the pool sweeps its own prefix when it shuts down. Space is reserved when a segment is
-made (``ENOSPC`` then, instead of a ``SIGBUS`` on writing into a full ``/dev/shm``), and a
-block goes the usual way when shared memory is missing, nearly full or not worth it, or when
-the environment says ``ZEPHON_WORKER_SHM=0``.
+Segments are used again: a process keeps the first :data:`KEEP` segments it makes for each
+pool mapped, and writes the next block into one its reader has given back, so the kernel
+neither clears new pages nor maps them for every block (a piece of 30 decoded crops cost its
+worker 2.8 ms and the parent 1.5 ms that way, a third of it in page faults). The first byte
+of a kept segment says whether it is free; the last to need the block gives it back: the
+parent for a result once it has copied the arrays out, and for a call's arguments once the
+call is over or cancelled. Segments beyond those kept are used once, and removed by the
+parent then. The pool sweeps its prefix when it shuts down (kept segments included), and the
+resource tracker the workers share with the parent removes any left by a process that dies.
+Space is reserved when a segment is made (``ENOSPC`` then, instead of a ``SIGBUS`` on writing
+into a full ``/dev/shm``), and a block goes the usual way when shared memory is missing,
+nearly full or not worth it, or when the environment says ``ZEPHON_WORKER_SHM=0``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import itertools
 import mmap
 import os
 import pickle
+import threading
+from collections import OrderedDict
 from typing import Any
 
 __all__ = ["AVAILABLE", "Packed", "discard", "pack", "pack_args", "sweep", "unpack", "unpack_args"]
@@ -45,20 +51,41 @@ _SHM_DIR = "/dev/shm"
 _count = itertools.count()
 # Map every page at once: cheaper than one fault per page when a whole result is copied.
 _POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+KEEP = 6  # segments a process keeps per pool: two pieces in flight per worker, and spare
+_HEADER = 64  # a segment's first bytes: its state (below), then the buffers, aligned
+_FREE, _BUSY = 0, 1
+_SEEN = 32  # other processes' kept segments this process keeps mapped
+_lock = threading.Lock()  # the parent packs on the loop and unpacks on the pool's thread
+_own: dict[str, list[_Kept]] = {}  # per prefix: kept segments this process made
+_seen: OrderedDict[str, mmap.mmap] = OrderedDict()  # kept segments of others, mapped
+
+
+class _Kept:
+    """A segment this process made and keeps mapped for the next block."""
+
+    __slots__ = ("mapped", "name", "size")
+
+    def __init__(self, name: str, size: int, mapped: mmap.mmap) -> None:
+        self.name, self.size, self.mapped = name, size, mapped
 
 
 class Packed:
     """A pickled value and where its large buffers lie: a segment's ``name`` and
-    ``(offset, size)`` spans, or the buffers themselves (``inline``)."""
+    ``(offset, size)`` spans, or the buffers themselves (``inline``). ``kept``: the segment
+    is used again once given back (else removed after one use); ``owned``: per span, whether
+    the reader must copy it (an array would otherwise stay a view of a segment used again;
+    ``bytes`` are copies anyway)."""
 
-    __slots__ = ("data", "inline", "name", "spans")
+    __slots__ = ("data", "inline", "kept", "name", "owned", "spans")
 
     def __init__(self, data: bytes, name: str | None, spans: list[tuple[int, int]],
-                 inline: list[bytearray]) -> None:  # fmt: skip
+                 inline: list[bytearray], kept: bool = False,
+                 owned: list[bool] | None = None) -> None:  # fmt: skip
         self.data, self.name, self.spans, self.inline = data, name, spans, inline
+        self.kept, self.owned = kept, owned or []
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Packed, (self.data, self.name, self.spans, self.inline)
+        return Packed, (self.data, self.name, self.spans, self.inline, self.kept, self.owned)
 
 
 def pack(value: Any, prefix: str) -> Packed:
@@ -73,21 +100,46 @@ def pack(value: Any, prefix: str) -> Packed:
         return False
 
     data = pickle.dumps(value, protocol=5, buffer_callback=keep_in_band)
-    spans, size = [], 0
+    spans, size = [], _HEADER
     for buffer in big:
         spans.append((size, buffer.raw().nbytes))
         size += -(-buffer.raw().nbytes // _ALIGN) * _ALIGN
-    name = _segment(prefix, size) if big and size >= MIN_SEGMENT else None
-    if name is None:
+    kept = _take(prefix, size) if big and size >= MIN_SEGMENT else None
+    once = None if kept or not big or size < MIN_SEGMENT else _segment(prefix, size)
+    if kept is not None:
+        mapped, name = kept.mapped, kept.name
+    elif once is not None:
+        mapped, name = _map(once, size), once
+    else:
         return Packed(data, None, [], [bytearray(b.raw()) for b in big])
-    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
-    try:
-        with mmap.mmap(fd, size, flags=_POPULATE) as mapped:
-            for buffer, (offset, n) in zip(big, spans, strict=True):
-                mapped[offset : offset + n] = buffer.raw()
-    finally:
-        os.close(fd)
-    return Packed(data, name, spans, [])
+    for buffer, (offset, n) in zip(big, spans, strict=True):
+        mapped[offset : offset + n] = buffer.raw()
+    if kept is None:
+        mapped.close()
+    owned = [type(b.raw().obj) is not bytes for b in big]
+    return Packed(data, name, spans, [], kept is not None, owned)
+
+
+def _take(prefix: str, size: int) -> _Kept | None:
+    """A kept segment of ``prefix`` of at least ``size`` bytes, marked busy: a free one, or
+    a new one while fewer than :data:`KEEP` are kept (``None``: use a segment once)."""
+    with _lock:
+        segments = _own.setdefault(prefix, [])
+        for kept in segments:
+            if kept.size >= size and kept.mapped[0] == _FREE:
+                kept.mapped[0] = _BUSY
+                return kept
+        if len(segments) >= KEEP:
+            return None
+    size = max(MIN_SEGMENT, 1 << (size - 1).bit_length())  # room for the next, larger one
+    name = _segment(prefix, size)
+    if name is None:
+        return None
+    kept = _Kept(name, size, _map(name, size))
+    kept.mapped[0] = _BUSY
+    with _lock:
+        _own[prefix].append(kept)
+    return kept
 
 
 class _Bytes:
@@ -144,19 +196,31 @@ def unpack_args(packed: Packed) -> tuple[Any, ...]:
     """In a worker: the call's arguments, their bytes copied out of the caller's segment."""
     if packed.name is None:
         return pickle.loads(packed.data, buffers=packed.inline)  # type: ignore[no-any-return]
-    mapped = _map(packed.name)
+    mapped = _seen_map(packed.name) if packed.kept else _map(packed.name)
     view = memoryview(mapped)
-    args = pickle.loads(packed.data, buffers=[view[o : o + n] for o, n in packed.spans])
+    owned = packed.owned or [False] * len(packed.spans)
+    buffers = [bytearray(view[o : o + n]) if own else view[o : o + n]
+               for (o, n), own in zip(packed.spans, owned, strict=True)]  # fmt: skip
+    args = pickle.loads(packed.data, buffers=buffers)
     view.release()
-    with contextlib.suppress(BufferError):  # an array argument may still be a view of it
-        mapped.close()
+    if not packed.kept:
+        with contextlib.suppress(BufferError):  # an array argument may still be a view of it
+            mapped.close()
     return args  # type: ignore[no-any-return]
 
 
 def discard(packed: Packed) -> None:
-    """Remove the segment of a call's arguments once the call is over (or never ran)."""
-    if packed.name is not None:
+    """Give back (or remove) the segment of a call's arguments once the call is over (or
+    never ran)."""
+    if packed.name is None:
+        return
+    if not packed.kept:
         _unlink(packed.name)
+        return
+    with _lock:
+        for kept in _own.get(_prefix_of(packed.name), ()):
+            if kept.name == packed.name:
+                kept.mapped[0] = _FREE
 
 
 def _segment(prefix: str, size: int) -> str | None:
@@ -192,28 +256,57 @@ def _room_for(size: int) -> bool:
 
 
 def unpack(packed: Packed) -> Any:
-    """The worker's value again, its arrays copied out of the segment, which is then gone."""
+    """The worker's value again, its arrays copied out of the segment, which is then given
+    back to the worker (or gone)."""
     if packed.name is None:
         return pickle.loads(packed.data, buffers=packed.inline)
-    try:
-        mapped = _map(packed.name)
-    finally:
-        _unlink(packed.name)
+    if packed.kept:
+        mapped = _seen_map(packed.name)
+    else:
+        try:
+            mapped = _map(packed.name)
+        finally:
+            _unlink(packed.name)
     # Copied out at once (one memcpy per array) rather than kept as views: a view would keep
     # its whole block's segment alive for as long as any one item of the block lives on (in a
     # shuffle buffer, say), and items must cost their own size, not their block's.
-    with mapped, memoryview(mapped) as view:
+    with memoryview(mapped) as view:
         buffers = [bytearray(view[o : o + n]) for o, n in packed.spans]
+    if packed.kept:
+        mapped[0] = _FREE  # the worker may write its next result there
+    else:
+        mapped.close()
     return pickle.loads(packed.data, buffers=buffers)
 
 
-def _map(name: str) -> mmap.mmap:
-    """The segment ``name``, mapped read-only, every page at once."""
-    fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
+def _map(name: str, size: int = 0) -> mmap.mmap:
+    """The segment ``name``, mapped, every page at once."""
+    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
     try:
-        return mmap.mmap(fd, 0, flags=_POPULATE, prot=mmap.PROT_READ)
+        return mmap.mmap(fd, size, flags=_POPULATE)
     finally:
         os.close(fd)
+
+
+def _seen_map(name: str) -> mmap.mmap:
+    """Another process's kept segment ``name``, mapped once and then kept mapped."""
+    with _lock:
+        mapped = _seen.get(name)
+        if mapped is not None:
+            _seen.move_to_end(name)
+            return mapped
+    mapped = _map(name)
+    with _lock:
+        _seen[name] = mapped
+        while len(_seen) > _SEEN:
+            with contextlib.suppress(BufferError):
+                _seen.popitem(last=False)[1].close()
+    return mapped
+
+
+def _prefix_of(name: str) -> str:
+    """The pool prefix of a segment's name (``prefix`` + pid + ``_`` + number)."""
+    return name[: name.rindex("_", 0, name.rindex("_")) + 1]
 
 
 def _unlink(name: str) -> None:
@@ -225,8 +318,15 @@ def _unlink(name: str) -> None:
 
 
 def sweep(prefix: str) -> int:
-    """Unlink segments named ``prefix...`` still in ``/dev/shm`` (results nobody received:
-    a worker killed after writing one); how many there were."""
+    """Unlink segments named ``prefix...`` still in ``/dev/shm`` (the kept ones, and results
+    nobody received: a worker killed after writing one), and unmap this process's; how many
+    there were."""
+    with _lock:
+        mappings = [k.mapped for k in _own.pop(prefix, ())]
+        mappings += [_seen.pop(n) for n in [n for n in _seen if n.startswith(prefix)]]
+    for mapped in mappings:
+        with contextlib.suppress(BufferError):  # a view of it lives on: unmapped with it
+            mapped.close()
     try:
         names = [n for n in os.listdir(_SHM_DIR) if n.startswith(prefix)]
     except OSError:
