@@ -312,3 +312,21 @@ async def test_a_result_is_freed_as_soon_as_its_caller_drops_it(
         assert image() is None
     finally:
         gc.enable()
+
+
+def test_a_forked_child_starts_with_its_own_lock_and_no_segments() -> None:
+    """A DataLoader worker forked while another thread held the lock must not hang, and
+    must not write into the parent's segments."""
+    kept = shm.pack(pipeline_fns.arrays(0), "zphtest_")
+    saved = (shm._lock, shm._own, shm._seen)
+    saved[0].acquire()  # as if the pool's result thread held it at the fork
+    try:
+        shm._forget_in_child()  # what os.register_at_fork runs in the child
+        assert shm._own == {} and not shm._seen
+        fresh = shm.pack(pipeline_fns.arrays(1), "zphtest_")  # no deadlock
+        assert fresh.name != kept.name
+        _assert_same(shm.unpack(fresh), pipeline_fns.arrays(1))
+        shm.sweep("zphtest_")
+    finally:
+        saved[0].release()
+        shm._lock, shm._own, shm._seen = saved

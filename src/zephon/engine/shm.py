@@ -60,6 +60,17 @@ _own: dict[str, list[_Kept]] = {}  # per prefix: kept segments this process made
 _seen: OrderedDict[str, mmap.mmap] = OrderedDict()  # kept segments of others, mapped
 
 
+def _forget_in_child() -> None:
+    """In a process forked from this one (a DataLoader worker): the lock may have been held
+    by another thread at the fork, and the segments are the parent's to use."""
+    global _lock, _own, _seen
+    _lock, _own, _seen = threading.Lock(), {}, OrderedDict()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class _Kept:
     """A segment this process made and keeps mapped for the next block."""
 
