@@ -15,8 +15,9 @@ against a bare loop.
    +30 ms; decode -> random-resized-crop 224 -> flip -> batches of 256 with 2 worker processes
    (Zephon: ``processes=2``; peers: DataLoader ``num_workers=2``), one shuffled epoch each in a
    fresh process (``benchmarks/peer_images.py`` in each peer's venv), against the bare
-   2-process loop of Zephon's decoder. Images/s, import time, first batch (imports excluded,
-   as in peer_run.py), peak RSS of all processes, requests and bytes fetched.
+   2-process loop of Zephon's decoder (in every round). Images/s, import time, first batch
+   (imports excluded, as in peer_run.py), peak RSS of all processes, requests and bytes
+   fetched.
 
     .venv/bin/python benchmarks/images.py                         # parts 1 and 2
     .venv/bin/python benchmarks/images.py --peers --images 20000   # part 3
@@ -255,7 +256,7 @@ def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
     chosen = [r for r in PEER_ROWS if only is None or any(r[0].startswith(o) for o in only)]
 
     data = jpegs(n)
-    bare = bare_rate(data)
+    bares = []  # the bare loop runs in each round too: one run of it alone varied 833-1,318
     work = Path(tempfile.mkdtemp(prefix="zephon-images-"))
     try:
         with MotoServer() as endpoint:
@@ -267,6 +268,7 @@ def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
                 runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in chosen}
                 rows = [peers.with_presigned(r, endpoint, proxy.url, "images") for r in chosen]
                 for _ in range(rounds):  # rounds interleave the systems
+                    bares.append(bare_rate(data))
                     for row in rows:
                         runs[row[0]].append(peers.run_one(row, proxy, endpoint, 2, work,
                                                           runner, "images"))  # fmt: skip
@@ -275,7 +277,7 @@ def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = {label: peers.median_run(v) for label, v in runs.items()}
-    peer_table(results, sizes, n, bare, rounds)
+    peer_table(results, sizes, n, statistics.median(bares), rounds)
 
 
 def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int, bare: float,
