@@ -202,3 +202,10 @@ def grown(sample: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     return {"id": sample["id"], "x": np.full((sample["id"] + 4) << 18, sample["id"], np.uint8)}
+
+
+def picture(sample: dict[str, Any]) -> dict[str, Any]:
+    """A 224x224x3 image for every sample (150 KB: it crosses through shared memory)."""
+    import numpy as np
+
+    return {"id": sample["id"], "image": np.full((224, 224, 3), sample["id"] % 251, np.uint8)}

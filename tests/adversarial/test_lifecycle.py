@@ -352,6 +352,66 @@ def test_a_script_killed_outright_leaves_no_process_behind(data: Path, engine: s
     assert left == []
 
 
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+@pytest.mark.parametrize("engine", ["thread", "process"])
+def test_a_process_group_killed_outright_leaves_no_shared_memory(data: Path, engine: str) -> None:
+    """``kill -9 -PGID`` (a scheduler after its grace period) kills the script, its workers,
+    its pipeline's process at once: nobody of the group is left to remove the segments and
+    semaphores in flight, so the resource tracker does it from outside the group."""
+    import signal
+
+    script = PRELUDE.replace("fns.double", "fns.picture") + (
+        "\nif __name__ == '__main__':\n"
+        f"    for i, x in enumerate(build(2, 2, {engine!r})):\n"
+        "        if i == 40:\n"
+        "            print('ready', flush=True)\n"
+    )
+    before = set(os.listdir("/dev/shm"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", script, str(data)], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
+                          start_new_session=True) as child:  # fmt: skip
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        trackers = _trackers_of(_live_in_group(child.pid))
+        made = set(os.listdir("/dev/shm")) - before
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    assert _gone_within(child.pid, 15.0) == []
+    assert any(n.startswith("zph") for n in made), "no shared memory: the test shows nothing"
+    assert trackers, "no resource tracker outside the process group"
+    for tracker in trackers:
+        _gone_within_pid(tracker, 30.0)
+    assert set(os.listdir("/dev/shm")) - before == set()  # segments and semaphores
+
+
+def _trackers_of(pids: list[int]) -> list[int]:
+    """The resource trackers started by any of ``pids``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if parent in pids and b"resource_tracker" in argv:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _gone_within_pid(pid: int, timeout_s: float) -> None:
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        select.select([fd], [], [], timeout_s)
+    finally:
+        os.close(fd)
+
+
 def _gone_within(pgid: int, timeout_s: float) -> list[int]:
     """Processes of group ``pgid`` still running after waiting up to ``timeout_s`` for each."""
     import select

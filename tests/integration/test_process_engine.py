@@ -114,7 +114,7 @@ def test_breaking_out_stops_the_child_and_frees_shared_memory(docs: Dataset) -> 
             break
     assert multiprocessing.active_children() == []
     if before or Path("/dev/shm").exists():
-        assert {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} <= before
+        assert {n for n in os.listdir("/dev/shm") if n.startswith("zph")} <= before
 
 
 def test_an_async_wait_that_is_cancelled_loses_no_item(docs: Dataset) -> None:
@@ -193,7 +193,7 @@ def test_inside_a_dataloader_worker_it_says_to_use_the_thread_engine(docs: Datas
 def _mapped_segments() -> set[str]:
     """The shared-memory segments this process has mapped (Linux)."""
     lines = Path("/proc/self/maps").read_text().splitlines()
-    return {line.split(maxsplit=5)[5].split()[0] for line in lines if "/dev/shm/psm_" in line}
+    return {line.split(maxsplit=5)[5].split()[0] for line in lines if "/dev/shm/zph" in line}
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")

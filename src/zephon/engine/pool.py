@@ -33,7 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, TypeVar
 
-from zephon.engine import shm
+from zephon.engine import janitor, shm
 from zephon.errors import WorkerCrashed
 
 __all__ = ["WorkerPool"]
@@ -173,7 +173,7 @@ class WorkerPool:
     def __init__(self, processes: int) -> None:
         self.processes = processes
         # This pool's shared-memory segments are named after it (swept at shutdown).
-        self._prefix = f"zph{os.getpid():x}p{next(_pools):x}_"
+        self._prefix = f"{janitor.owner_prefix()}p{next(_pools):x}_"
         self._executor: ProcessPoolExecutor | None = None
         self._starting: asyncio.Future[None] | None = None
         self._starter: threading.Thread | None = None
@@ -182,6 +182,7 @@ class WorkerPool:
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
+            janitor.ensure()  # the workers name their results' segments after this process
             self._executor = ProcessPoolExecutor(
                 self.processes,
                 mp_context=_context(),

@@ -16,7 +16,9 @@ of a kept segment says whether it is free; the last to need the block gives it b
 parent for a result once it has copied the arrays out, and for a call's arguments once the
 call is over or cancelled. Segments beyond those kept are used once, and removed by the
 parent then. The pool sweeps its prefix when it shuts down (kept segments included), and the
-resource tracker the workers share with the parent removes any left by a process that dies.
+resource tracker the workers share with the parent removes any left by a process that dies;
+when the whole process group is killed at once, the tracker with it, the owner's janitor
+(:mod:`.janitor`) removes them.
 Space is reserved when a segment is made (``ENOSPC`` then, instead of a ``SIGBUS`` on writing
 into a full ``/dev/shm``), and a block goes the usual way when shared memory is missing,
 nearly full or not worth it, or when the environment says ``ZEPHON_WORKER_SHM=0``.
@@ -33,6 +35,8 @@ import pickle
 import threading
 from collections import OrderedDict
 from typing import Any
+
+from zephon.engine import janitor
 
 __all__ = ["AVAILABLE", "Packed", "discard", "pack", "pack_args", "sweep", "unpack", "unpack_args"]
 
@@ -239,6 +243,8 @@ def _segment(prefix: str, size: int) -> str | None:
     if not AVAILABLE or not _room_for(size):
         return None
     name = f"{prefix}{os.getpid():x}_{next(_count):x}"
+    if janitor.owned_by(name, os.getpid()):
+        janitor.ensure()  # removes it if this process tree is killed outright
     try:
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except OSError:  # out of file descriptors, no permission: the pipe still works

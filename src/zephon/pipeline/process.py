@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from zephon.engine import janitor
 from zephon.errors import ConfigError, WorkerCrashed, ZephonError
 from zephon.pipeline.bridge import new_loop
 from zephon.pipeline.slots import Slots, join, split
@@ -190,6 +191,7 @@ class ProcessEngine:
                 "engine='process' runs the pipeline in a spawned process, so the pipeline "
                 f"and its functions must pickle (top-level functions, no lambdas): {exc}"
             ) from exc
+        janitor.ensure()  # the child's segments go with this process tree, however it ends
         ctx = mp.get_context("spawn")
         self._data, child_data = ctx.Pipe(duplex=False)
         self._control, child_control = ctx.Pipe()

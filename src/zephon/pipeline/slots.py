@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Callable
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -15,12 +16,14 @@ from typing import Any
 import numpy as np
 
 from zephon.arrays import empty
+from zephon.engine import janitor
 
 __all__ = ["SLOTS", "Placeholder", "Slots", "join", "split"]
 
 SLOTS = 4  # items with shared-memory arrays prepared ahead of the consumer
 _ALIGN = 64
 _MIN_ARRAY = 256  # smaller arrays travel pickled: a slot write costs more than they do
+_count = itertools.count()
 
 
 class Placeholder:
@@ -105,7 +108,9 @@ class Slots:
             if shm is not None:
                 shm.close()
                 shm.unlink()
-            shm = self.segments[slot] = SharedMemory(create=True, size=max(need, 1 << 20))
+            janitor.ensure()  # removes it if this process tree is killed outright
+            name = f"{janitor.owner_prefix()}e{next(_count):x}"
+            shm = self.segments[slot] = SharedMemory(name, create=True, size=max(need, 1 << 20))
         for a, offset, holder in zip(arrays, at, _placeholders(rest), strict=True):
             np.ndarray(a.shape, a.dtype, shm.buf, offset)[...] = a
             holder.offset = offset
