@@ -129,7 +129,9 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         if (!unsupported) {
             c.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
             jpeg_start_decompress(&c);
-            if (top + height > c.output_height || left + width > c.output_width) {
+            /* Compared without sums: top + height wraps at 2**32 */
+            if (height > c.output_height || top > c.output_height - height ||
+                width > c.output_width || left > c.output_width - width) {
                 bad_region = 1;
             } else {
                 JDIMENSION x = left > MARGIN ? left - MARGIN : 0;

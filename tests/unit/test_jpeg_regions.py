@@ -120,3 +120,15 @@ def test_damage_in_the_rows_read_is_a_format_error_naming_the_field() -> None:
         Chain([("map", DecodeImage("jpg", max_pixels=100)),
                ("map", RandomResizedCrop(8, "jpg", (0.5, 1.0), (1.0, 1.0), seed=0))])(
             {"id": 0, "jpg": data})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "box", [(2**32 - 1, 0, 2, 4), (0, 2**32 - 1, 2, 4), (30, 0, 2, 4), (0, 0, 2, 41)]
+)
+def test_a_region_outside_the_image_is_refused_whatever_its_numbers(
+    box: tuple[int, int, int, int],
+) -> None:
+    """Checked without sums: ``top + height`` at 2**32 - 1 + 2 once wrapped to 1 and passed."""
+    data = encode(photo(3, 30, 40))
+    with pytest.raises(ValueError, match="region outside"):
+        jpeg.decode_region(data, False, 1, box)
