@@ -67,3 +67,29 @@ def jpeg_scan_bomb(width: int, height: int, bands: int = 63, bits: int = 10) -> 
         for a in range(bits, 0, -1):
             out += scan(k, k, a, a - 1, empty)
     return bytes(out + b"\xff\xd9")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def parquet_claiming_rows(real: bytes, rows: int, claimed: int) -> bytes:
+    """A Parquet file of one row group of ``rows`` rows whose footer claims ``claimed`` rows,
+    in the file's count and the row group's. In the footer's Thrift both are i64 fields 3
+    written right after a field 2, so ``0x16`` then the zigzag varint of ``rows``: the first
+    such (the file's) and the last (the row group's, after its columns, whose value counts
+    look the same)."""
+    footer_len = int.from_bytes(real[-8:-4], "little")
+    body, footer = real[: -8 - footer_len], real[-8 - footer_len : -8]
+    old, new = b"\x16" + _varint(2 * rows), b"\x16" + _varint(2 * claimed)
+    first, last = footer.find(old), footer.rfind(old)
+    assert 0 <= first < last, "the row counts are not where a writer puts them"
+    footer = (
+        footer[:first] + new + footer[first + len(old) : last] + new + footer[last + len(old) :]
+    )
+    return body + footer + len(footer).to_bytes(4, "little") + b"PAR1"

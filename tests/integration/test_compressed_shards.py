@@ -50,7 +50,9 @@ def test_decompressed_shards_are_kept_in_the_disk_cache(
 
     calls = []
     zstd = compression.MDS_CODECS["zstd"]
-    monkeypatch.setitem(compression.MDS_CODECS, "zstd", lambda data: calls.append(1) or zstd(data))
+    monkeypatch.setitem(
+        compression.MDS_CODECS, "zstd", lambda data, limit: calls.append(1) or zstd(data, limit)
+    )
 
     def epoch() -> list[str]:
         ds = Dataset.from_path("m", str(FIXTURES / "mds-zstd"), index_cache=False)  # new codec

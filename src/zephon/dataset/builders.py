@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from zephon.errors import FormatError, first_error
 from zephon.formats import jsonl, parquet, records, webdataset
-from zephon.formats.compression import StreamDecompressor, stream_kind
+from zephon.formats.compression import StreamDecompressor, inflate_limit, stream_kind
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.refs import ObjectInfo
 from zephon.storage import ManagedStorage
@@ -64,10 +64,11 @@ async def build_jsonl(
     if kind is None:
         await scan_object(storage, info, indexer.feed, keep)
         return RecordIndex(indexer.finish())
-    decompress = StreamDecompressor(kind)
+    decompress = StreamDecompressor(kind, inflate_limit(info.size_bytes))
 
     def feed(data: bytes) -> None:
-        indexer.feed(decompress.feed(data))
+        for piece in decompress.pieces(data):
+            indexer.feed(piece)
 
     try:
         await scan_object(storage, info, feed, keep)

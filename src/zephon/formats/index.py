@@ -80,8 +80,11 @@ class RecordIndex:
     def num_samples(self) -> int:
         return len(self.offsets) - 1
 
-    def sample_nbytes(self) -> np.ndarray:
-        return np.diff(self.offsets)
+    def sample_nbytes(self, samples: np.ndarray) -> np.ndarray:
+        """Bytes of each of ``samples`` (estimates where the index has no exact sizes);
+        memory in the number asked for, never in the number of samples the shard declares."""
+        out: np.ndarray = self.offsets[samples + 1] - self.offsets[samples]
+        return out
 
     def span(self, start: int, stop: int) -> list[tuple[int, int]]:
         """Byte ranges holding samples ``[start, stop)``: one contiguous range."""
@@ -106,10 +109,11 @@ class RowGroupIndex:
     def num_samples(self) -> int:
         return int(self.row_starts[-1])
 
-    def sample_nbytes(self) -> np.ndarray:
+    def sample_nbytes(self, samples: np.ndarray) -> np.ndarray:
         rows = np.diff(self.row_starts)
         per_row = np.divide(self.group_nbytes, np.maximum(rows, 1))
-        return np.repeat(per_row, rows)
+        out: np.ndarray = per_row[np.searchsorted(self.row_starts, samples, side="right") - 1]
+        return out
 
     def groups(self, start: int, stop: int) -> range:
         first = int(np.searchsorted(self.row_starts, start, side="right")) - 1
@@ -145,8 +149,9 @@ class StreamIndex:
     def num_samples(self) -> int:
         return len(self.offsets) - 1
 
-    def sample_nbytes(self) -> np.ndarray:
-        return np.diff(self.offsets)
+    def sample_nbytes(self, samples: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self.offsets[samples + 1] - self.offsets[samples]
+        return out
 
     def span(self, start: int, stop: int) -> list[tuple[int, int]]:
         return [(0, self.size_bytes)]
@@ -172,8 +177,8 @@ class WholeIndex:
     def num_samples(self) -> int:
         return self.count
 
-    def sample_nbytes(self) -> np.ndarray:
-        return np.full(self.count, self.raw_bytes / max(1, self.count))
+    def sample_nbytes(self, samples: np.ndarray) -> np.ndarray:
+        return np.full(len(samples), self.raw_bytes / max(1, self.count))
 
     def span(self, start: int, stop: int) -> list[tuple[int, int]]:
         return [(0, self.size_bytes)]
@@ -196,8 +201,8 @@ class FragmentIndex:
     def num_samples(self) -> int:
         return self.count
 
-    def sample_nbytes(self) -> np.ndarray:
-        return np.full(self.count, self.row_bytes)
+    def sample_nbytes(self, samples: np.ndarray) -> np.ndarray:
+        return np.full(len(samples), float(self.row_bytes))
 
     def span(self, start: int, stop: int) -> list[tuple[int, int]]:
         return []

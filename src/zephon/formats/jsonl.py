@@ -116,12 +116,13 @@ class JsonlCodec:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["dataset"])  # type: ignore[misc]
 
-    def _inflate(self, shard: ShardInfo, blob: Blob) -> bytes:
+    def _inflate(self, shard: ShardInfo, index: StreamIndex, blob: Blob) -> bytes:
         """The shard decompressed (once for every read that draws from it)."""
 
         def inflate() -> bytes:
             try:
-                stream = StreamDecompressor(stream_kind(shard.uri) or "gzip")
+                declared = int(index.offsets[-1]) if len(index.offsets) else 0
+                stream = StreamDecompressor(stream_kind(shard.uri) or "gzip", declared)
                 raw = stream.feed(bytes(blob.slice(0, shard.size_bytes)))
                 stream.finish()
             except ValueError as exc:
@@ -186,7 +187,7 @@ class JsonlCodec:
             if fast is not None:
                 return fast
         if isinstance(index, StreamIndex):
-            raw = self._inflate(shard, blob)
+            raw = self._inflate(shard, index, blob)
             lines = [raw[offsets[i] : offsets[i + 1]] for i in samples]
         else:
             lines = [blob.bytes(int(offsets[i]), int(offsets[i + 1])) for i in samples]

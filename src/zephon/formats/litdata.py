@@ -44,20 +44,20 @@ def _classic(items: list[bytes]) -> bytes:
     return struct.pack("<I", n) + offsets.astype("<u4").tobytes() + b"".join(items)
 
 
-def _zstd_frame(data: bytes, raw_length: int | None = None) -> bytes:
-    out = MDS_CODECS["zstd"](data)
+def _zstd_frame(data: bytes, limit: int, raw_length: int | None = None) -> bytes:
+    out = MDS_CODECS["zstd"](data, limit if raw_length is None else min(limit, raw_length))
     if raw_length is not None and len(out) != raw_length:
         raise ValueError(f"a zstd frame gave {len(out)} bytes, its table says {raw_length}")
     return out
 
 
-def _inflate_chunk(data: bytes) -> bytes:
+def _inflate_chunk(data: bytes, limit: int) -> bytes:
     """A zstd-compressed LitData chunk as a classic one, whichever ``compression_level``
     wrote it: ``chunk`` (the file is one zstd stream), ``batch`` (``LDFZ01`` framed: a table of
     zstd frames of consecutive items) or ``sample`` (a classic header over one zstd frame per
-    item)."""
+    item); its items at most ``limit`` bytes in all."""
     if data[:4] == _ZSTD_MAGIC:
-        return _zstd_frame(data)
+        return _zstd_frame(data, limit)
     if data[:8] == _FRAMED_MAGIC:
         _, version, _, n, _, frames = _FRAMED_PREFIX.unpack_from(data, 0)
         if version != 1:
@@ -69,7 +69,8 @@ def _inflate_chunk(data: bytes) -> bytes:
             _, _, at, length, raw = _FRAMED_ENTRY.unpack_from(data, table + f * _FRAMED_ENTRY.size)
             if at + length > len(data):
                 raise ValueError("a zstd frame runs past the end of the chunk")
-            parts.append(_zstd_frame(data[at : at + length], raw))
+            parts.append(_zstd_frame(data[at : at + length], limit, raw))
+            limit -= raw
         body = b"".join(parts)
         if len(body) != rel[-1] or np.any(np.diff(rel) < 0):
             raise ValueError("the frames do not match the chunk's item offsets")
@@ -79,18 +80,22 @@ def _inflate_chunk(data: bytes) -> bytes:
     offsets = np.frombuffer(data, np.uint32, n + 1, 4).astype(np.int64).tolist()
     if offsets[-1] > len(data) or any(b < a for a, b in itertools.pairwise(offsets)):
         raise ValueError("item offsets out of order or past the end of the chunk")
-    return _classic([_zstd_frame(data[a:b]) for a, b in itertools.pairwise(offsets)])
+    items = []
+    for a, b in itertools.pairwise(offsets):
+        items.append(_zstd_frame(data[a:b], limit))
+        limit -= len(items[-1])
+    return _classic(items)
 
 
-def _inflate(data: bytes) -> bytes:
+def _inflate(data: bytes, limit: int) -> bytes:
     try:
-        return _inflate_chunk(data)
+        return _inflate_chunk(data, limit)
     except struct.error as exc:
         raise ValueError(f"truncated chunk ({exc})") from None
 
 
 # LitData compresses chunks with zstd (``optimize(compression="zstd")``), at any level.
-LITDATA_CODECS: dict[str, Callable[[bytes], bytes]] = {"zstd": _inflate}
+LITDATA_CODECS: dict[str, Callable[[bytes, int], bytes]] = {"zstd": _inflate}
 
 # LitData's dtype tables (litdata/constants.py): numbering is part of the on-disk format.
 _NUMPY_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
@@ -245,7 +250,7 @@ class LitDataCodec:
     ) -> list[Any]:  # fmt: skip
         if isinstance(index, WholeIndex):
             index, blob = inflate_records(shard, index, blob, self._inflated, LITDATA_CODECS,
-                                          self.dataset)  # fmt: skip
+                                          self.dataset, raw_declared=False)  # fmt: skip
         out = []
         n = len(self._decoders)
         for i in samples:

@@ -185,7 +185,7 @@ class MdsCodec:
     ) -> list[dict[str, Any]]:  # fmt: skip
         if isinstance(index, WholeIndex):
             index, blob = inflate_records(shard, index, blob, self._inflated, MDS_CODECS,
-                                          self.dataset)  # fmt: skip
+                                          self.dataset, raw_declared=True)  # fmt: skip
         names, encodings, sizes = self.columns[shard.uri]
         decoders = self._decoders_for(encodings)
         out = []

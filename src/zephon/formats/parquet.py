@@ -46,6 +46,11 @@ _TABLES_KEEP = 8  # one tail read holds the footer of almost every real file
 # A small row group is read from a memory-mapped copy, a large one from views (module docs).
 _LARGE_GROUP_BYTES = 1 << 20
 _MAGIC = b"PAR1"
+# A footer's row counts are believed up to this: pyarrow allocates for every declared row
+# before it finds fewer. A row takes at least a bit in some column, except in runs of one
+# value (RLE: a constant or all-null column), hence the generous floor.
+MAX_GROUP_ROWS = 1 << 24
+ROWS_PER_BYTE = 512
 
 
 def footer_length(tail: bytes, shard_size: int) -> int:
@@ -166,6 +171,12 @@ def index_from_footer(
     data_end = shard_size - len(footer)
     for g, (num_rows, metas) in enumerate(groups):
         rows[g + 1] = rows[g] + num_rows
+        group_bytes = sum(m[1] - m[0] for m in map(_chunk_span, metas))
+        if num_rows > max(MAX_GROUP_ROWS, ROWS_PER_BYTE * group_bytes):
+            raise ValueError(
+                f"corrupt Parquet footer: row group {g} declares {num_rows:,} rows in "
+                f"{group_bytes:,} bytes (decoding would allocate for every one)"
+            )
         for j, c in enumerate(cols):
             start, stop = _chunk_span(metas[c])
             if not len(_MAGIC) <= start <= stop <= data_end:
@@ -272,6 +283,14 @@ class ParquetCodec:
                     uri=shard.uri,
                     sample=int(index.row_starts[group]),
                 ) from None
+            declared = int(index.row_starts[group + 1] - index.row_starts[group])
+            if read.num_rows != declared:  # else rows past its end would be some other row
+                raise FormatError(
+                    f"row group {group} holds {read.num_rows} rows, its footer says {declared}",
+                    dataset=self.dataset,
+                    uri=shard.uri,
+                    sample=int(index.row_starts[group]),
+                )
             self._tables[key] = read
             while len(self._tables) > _TABLES_KEEP:
                 self._tables.popitem(last=False)

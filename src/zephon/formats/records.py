@@ -13,7 +13,7 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
-from zephon.formats.compression import Inflated, decompress_whole
+from zephon.formats.compression import Inflated, decompress_whole, inflate_limit
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.refs import ShardInfo
 
@@ -62,17 +62,21 @@ def parse_offsets_header(data: bytes, num_samples: int, shard_size: int) -> Reco
 
 def inflate_records(
     shard: ShardInfo, index: WholeIndex, blob: Blob, inflated: Inflated,
-    codecs: dict[str, Callable[[bytes], bytes]], dataset: str,
+    codecs: dict[str, Callable[[bytes, int], bytes]], dataset: str, raw_declared: bool,
 ) -> tuple[RecordIndex, Blob]:  # fmt: skip
     """A compressed record shard as an uncompressed one: its offsets and its bytes,
-    decompressed once per shard (``inflated`` keeps the last few)."""
+    decompressed once per shard (``inflated`` keeps the last few), to at most the size the
+    index declares (``raw_declared``: MDS's ``raw_data``; LitData's ``chunk_bytes`` is the
+    compressed size) or :func:`~zephon.formats.compression.inflate_limit`."""
 
     def fail(exc: ValueError) -> FormatError:
         return FormatError(f"compressed shard: {exc}", dataset=dataset, uri=shard.uri)
 
     def inflate() -> bytes:
         try:
-            return decompress_whole(index.codec, bytes(blob.slice(0, shard.size_bytes)), codecs)
+            data = bytes(blob.slice(0, shard.size_bytes))
+            limit = inflate_limit(len(data), index.raw_bytes if raw_declared else None)
+            return decompress_whole(index.codec, data, codecs, limit)
         except ValueError as exc:
             raise fail(exc) from None
 

@@ -25,6 +25,9 @@ _BLOCK = 512
 _FILE_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
 _NAME_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE}
 _ZERO_BLOCK = bytes(_BLOCK)
+# A GNU long name or a PAX header is held whole until parsed: a header declaring terabytes
+# would have the scan keep the rest of the shard in memory.
+MAX_EXTENDED_HEADER = 1 << 20
 
 
 class _Header:
@@ -82,6 +85,8 @@ def _pax_path(data: bytes) -> str | None:
     while pos < len(data):
         space = data.index(b" ", pos)
         length = int(data[pos:space])
+        if length <= space - pos:  # a record holds at least its own length: else no progress
+            raise ValueError(f"bad PAX record length {length}")
         record = data[space + 1 : pos + length - 1]
         key, _, value = record.partition(b"=")
         if key == b"path":
@@ -145,6 +150,11 @@ class TarIndexer:
             info = _header(block) or _full_header(block, header_at)
             at += _BLOCK
             if info.type in _NAME_TYPES:
+                if info.size > MAX_EXTENDED_HEADER:
+                    raise ValueError(
+                        f"tar extended header at byte {header_at} declares {info.size:,} bytes "
+                        f"(over {MAX_EXTENDED_HEADER:,})"
+                    )
                 self._entry_start = header_at if self._entry_start is None else self._entry_start
                 self._need_data = (info.type, info.size, header_at)
                 continue
@@ -196,6 +206,8 @@ def _members_in(view: memoryview, base: int) -> Iterator[tuple[str, memoryview]]
             raise ValueError(f"tar member at byte {base + at - _BLOCK} ends past its sample")
         data = view[at : at + info.size]
         at += _padded(info.size)
+        if info.type in _NAME_TYPES and info.size > MAX_EXTENDED_HEADER:
+            raise ValueError(f"tar extended header at byte {base + at - _BLOCK} is too large")
         if info.type == tarfile.GNUTYPE_LONGNAME:
             pending = bytes(data).rstrip(b"\0").decode("utf-8")
         elif info.type == tarfile.XHDTYPE:
@@ -227,6 +239,9 @@ class WebDatasetCodec:
                     if "__key__" in sample and key != sample["__key__"]:
                         break  # the sample's span also holds trailing padding entries
                     sample["__key__"] = key
+                    if ext in sample:  # one would hide the other (or the key): never silently
+                        what = "the key's" if ext == "__key__" else "two members'"
+                        raise ValueError(f"sample {key!r}: {what} name {name!r} twice")
                     sample[ext] = bytes(data)
             except ValueError as exc:
                 raise FormatError(str(exc), dataset=self.dataset, uri=shard.uri, sample=i) from None

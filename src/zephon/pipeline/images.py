@@ -14,6 +14,7 @@ from typing import Any, Self
 
 from zephon.errors import ConfigError
 from zephon.ops import image, tensor
+from zephon.ops.imagelimits import MAX_PIXELS
 from zephon.ops.objects import FetchField
 from zephon.pipeline.placement import placement
 from zephon.pipeline.spec import PipelineSpec, Step
@@ -72,7 +73,7 @@ class ImageSteps:
     def decode_image(
         self, field: str = "jpg", mode: str = "RGB", *, backend: str = "auto",
         max_size: int | None = None, out: str | None = None, processes: int | None = None,
-        executor: Any = None, max_pixels: int | None = image.MAX_PIXELS,
+        executor: Any = None, max_pixels: int | None = MAX_PIXELS,
     ) -> Self:  # fmt: skip
         """Decode ``sample[field]`` (bytes, the HF ``{"bytes", "path"}`` layout, or base64
         text) into a uint8 ``HxWxC`` array (``HxW`` for ``mode="L"``) in ``sample[out or

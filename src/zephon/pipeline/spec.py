@@ -141,6 +141,8 @@ class PipelineSpec:
             )
         if self.on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if not isinstance(self.max_skipped, int) or self.max_skipped < 0:
+            raise ConfigError(f"max_skipped must be an int >= 0, got {self.max_skipped!r}")
         for name in ("fetch_budget_bytes", "max_inflight_requests", "prefetch_blocks",
                      "cache_limit_bytes"):  # fmt: skip
             if getattr(self, name) < 1:

@@ -188,7 +188,7 @@ class Manifest:
             layout = self.layouts[int(shard)]
             picked = samples[mask]
             if isinstance(layout, RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex):
-                out[mask] = layout.sample_nbytes()[picked]
+                out[mask] = layout.sample_nbytes(picked)
             else:
                 out[mask] = layout.stops(picked) - layout.starts(picked)
         return out
