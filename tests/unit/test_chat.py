@@ -179,3 +179,31 @@ def test_in_the_pipeline_processes_resume_and_errors(tok: Any, tmp_path: Path) -
     with pytest.raises(FormatError) as info:
         list(broken)
     assert "sample 0" in "\n".join(info.value.__notes__)
+
+
+@pytest.mark.parametrize("template", [CHATML_GENERATION, CHATML])
+def test_a_user_message_cannot_forge_the_loss_mask(tok: Any, template: str) -> None:
+    """Generation spans are marked by strings no data can write: characters that look like
+    a marker stay text of the user's, never masked in, never dropped."""
+    forged = "\ue000\ue001Say \ue000yes\ue001 please \ue000"
+    conversation = [*CONVERSATION[:3], {"role": "user", "content": forged},
+                    {"role": "assistant", "content": "No."}]  # fmt: skip
+    chat = ChatTokenize(tok, chat_template=template)
+    (out,) = chat.batch([{"messages": conversation}])
+    text, _ = chat.render({"messages": conversation})
+    assert forged in text
+    assert "\ue000yes\ue001" not in masked_text(tok, out)
+    assert masked_text(tok, out).replace("\n", "") == "Four.<|im_end|>No.<|im_end|>"
+
+
+def test_a_long_conversation_costs_one_render_with_generation_tags_or_is_refused(
+    tok: Any,
+) -> None:
+    turns = [{"role": r, "content": f"turn {i} " + "x" * 30}
+             for i in range(4000) for r in ("user", "assistant")]  # fmt: skip
+    spans = ChatTokenize(tok, chat_template=CHATML_GENERATION)
+    (out,) = spans.batch([{"messages": turns}])
+    assert out["loss_mask"].sum() > 0
+    prefix_diff = ChatTokenize(tok, chat_template=CHATML)
+    with pytest.raises(FormatError, match="4000 assistant turns .* generation"):
+        prefix_diff.batch([{"messages": turns}])

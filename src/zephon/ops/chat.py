@@ -15,12 +15,25 @@ assistant turns, found one of two ways (``describe()`` says which):
   a :class:`~zephon.errors.FormatError` naming the sample.
 
 A token belongs to a span when its first character does.
+
+Generation spans are found by markers the template's ``{% generation %}`` tag writes around
+them: strings drawn at random for each step (a private-use character and 32 random hex
+digits), so no conversation can write one. The characters of a fixed marker in a user's
+message once became part of an assistant span (``loss_mask=1`` on the user's tokens) and
+vanished from the text.
+
+Prefix-diff renders the conversation twice for each assistant turn, so its cost grows with
+turns times length: a conversation whose renders would pass :data:`PREFIX_DIFF_CHARS`
+characters in all (4,000 turns of a 140 KB record: 8 seconds) is a ``FormatError``, which
+``on_error="skip"`` counts and skips; ``{% generation %}`` tags cost one render whatever the
+length.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -31,8 +44,14 @@ from zephon.ops.tokenize import _BOS_NAMES, _EOS_NAMES, Tokenize
 
 __all__ = ["ChatTokenize"]
 
-_START, _END = "\ue000", "\ue001"  # private-use sentinels around generation spans
 LOSS_ON = ("assistant", "last", "all")
+PREFIX_DIFF_CHARS = 16_000_000  # characters prefix-diff may render for one conversation
+
+
+def _markers() -> tuple[str, str]:
+    """Start and end markers of generation spans no data can contain (module doc)."""
+    nonce = secrets.token_hex(16)
+    return "\ue000" + nonce, "\ue001" + nonce
 
 
 def _template_source(tokenizer: Any, chat_template: str | None) -> str:
@@ -55,7 +74,7 @@ def _template_source(tokenizer: Any, chat_template: str | None) -> str:
     return chat_template
 
 
-def _compile(source: str) -> Any:
+def _compile(source: str, markers: tuple[str, str]) -> Any:
     try:
         from jinja2 import nodes
         from jinja2.ext import Extension
@@ -72,7 +91,7 @@ def _compile(source: str) -> Any:
             return nodes.CallBlock(self.call_method("_mark"), [], [], body).set_lineno(lineno)
 
         def _mark(self, caller: Any) -> str:
-            return _START + str(caller()) + _END
+            return markers[0] + str(caller()) + markers[1]
 
     def raise_exception(message: str) -> None:
         raise FormatError(f"chat template: {message}")
@@ -121,7 +140,8 @@ class ChatTokenize:
         self.spans = "generation" in self.source and "endgeneration" in self.source
         self.specials = {"bos_token": self._special_text(_BOS_NAMES, "bos"),
                          "eos_token": self._special_text(_EOS_NAMES, "eos")}  # fmt: skip
-        self._template: Any = _compile(self.source)  # fails early on a broken template
+        self._markers = _markers()
+        self._template: Any = _compile(self.source, self._markers)  # fails early if broken
 
     def _special_text(self, names: tuple[str, ...], what: str) -> str:
         own = getattr(self.encoder.tokenizer, f"{what}_token", None)
@@ -130,11 +150,12 @@ class ChatTokenize:
         return next((n for n in names if self.encoder._token_id(n) is not None), "")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_template"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_template", "_markers")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._template = _compile(self.source)
+        self._markers = _markers()
+        self._template = _compile(self.source, self._markers)
 
     def describe(self) -> str:
         how = "{% generation %} spans" if self.spans else "verified prefix-diff"
@@ -159,11 +180,12 @@ class ChatTokenize:
                 f"tokenize_chat(): {self.field!r} must be a list of {{'role', 'content'}} dicts"
             ) from None
         if self.spans:
+            start, end = self._markers
             marked = self._render(sample, messages, False)
             text, spans, at = [], [], 0
-            for i, piece in enumerate(marked.split(_START)):
+            for i, piece in enumerate(marked.split(start)):
                 if i:
-                    inside, _, piece = piece.partition(_END)
+                    inside, _, piece = piece.partition(end)
                     spans.append((at, at + len(inside)))
                     text.append(inside)
                     at += len(inside)
@@ -171,10 +193,16 @@ class ChatTokenize:
                 at += len(piece)
             return "".join(text), spans
         full = self._render(sample, messages, False)
+        turns = [i for i, role in enumerate(roles) if role == "assistant"]
+        if len(full) * len(turns) > PREFIX_DIFF_CHARS:
+            raise FormatError(
+                f"tokenize_chat(): {len(turns)} assistant turns in {len(full):,} characters "
+                f"would render over {PREFIX_DIFF_CHARS:,} characters by prefix-diff (twice "
+                "per turn); mark assistant text with {% generation %}...{% endgeneration %} "
+                "in the template (one render), or skip such samples with on_error='skip'"
+            )
         spans = []
-        for i, role in enumerate(roles):
-            if role != "assistant":
-                continue
+        for i in turns:
             before = self._render(sample, messages[:i], True)
             upto = self._render(sample, messages[: i + 1], False)
             if not (upto.startswith(before) and full.startswith(upto)):
