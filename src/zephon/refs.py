@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from zephon.errors import redact_uri
+
 __all__ = ["Cursor", "ObjectInfo", "RangeRequest", "ShardInfo", "path_of"]
 
 
@@ -33,6 +35,12 @@ class ObjectInfo:
     size_bytes: int
     version: str
 
+    def __repr__(self) -> str:
+        return (
+            f"ObjectInfo(uri={redact_uri(self.uri)!r}, size_bytes={self.size_bytes}, "
+            f"version={self.version!r})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ShardInfo:
@@ -49,6 +57,12 @@ class ShardInfo:
     num_samples: int
     size_bytes: int
     version: str
+
+    def __repr__(self) -> str:  # a presigned URL's signature, a password: never printed
+        return (
+            f"ShardInfo(uri={redact_uri(self.uri)!r}, num_samples={self.num_samples}, "
+            f"size_bytes={self.size_bytes}, version={self.version!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

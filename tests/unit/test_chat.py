@@ -205,5 +205,5 @@ def test_a_long_conversation_costs_one_render_with_generation_tags_or_is_refused
     (out,) = spans.batch([{"messages": turns}])
     assert out["loss_mask"].sum() > 0
     prefix_diff = ChatTokenize(tok, chat_template=CHATML)
-    with pytest.raises(FormatError, match="4000 assistant turns .* generation"):
+    with pytest.raises(FormatError, match=r"4000 assistant turns .* generation"):
         prefix_diff.batch([{"messages": turns}])

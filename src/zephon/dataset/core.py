@@ -105,7 +105,7 @@ class Dataset:
     def __repr__(self) -> str:
         return (
             f"Dataset(name={self.name!r}, format={self.format!r}, shards={len(self.shards)}, "
-            f"num_samples={self.num_samples}, root={self.root!r})"
+            f"num_samples={self.num_samples}, root={redact_uri(self.root)!r})"
         )
 
     @property

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.errors import FormatError, ZephonError
+from zephon.errors import FormatError, ZephonError, redact_uri
 from zephon.formats.blob import Blob, Bytes
 from zephon.ops.block import ChunkRows
 from zephon.refs import Cursor, ShardInfo
@@ -35,7 +35,7 @@ class SkipLedger:
     skipped: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     def add(self, dataset: str, uri: str, sample: int, error: str) -> None:
-        self.skipped.append((dataset, uri, sample, error))
+        self.skipped.append((dataset, redact_uri(uri), sample, error))
         if len(self.skipped) > self.budget:
             raise ZephonError(
                 f"more than {self.budget} samples failed to decode (skip budget exhausted); "

@@ -21,6 +21,7 @@ import numpy as np
 from zephon.engine.channel import Channel, closing
 from zephon.engine.runner import ordered, start_stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
+from zephon.errors import redact_uri
 from zephon.ops.block import Block, ChunkRows, Mark, Residue
 from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed, passes_column
 from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_group
@@ -290,7 +291,8 @@ def _add_provenance(datasets: Any, items: list[Any], rows: ChunkRows) -> None:
                              rows.sample.tolist(), strict=True):  # fmt: skip
         if isinstance(item, dict):
             ds = datasets[d]
-            item["_provenance"] = {"dataset": ds.name, "shard": ds.shards[s].uri, "sample": i}
+            shard = redact_uri(ds.shards[s].uri)  # a presigned URL's signature masked
+            item["_provenance"] = {"dataset": ds.name, "shard": shard, "sample": i}
 
 
 async def _flatten(source: Channel[list[Fetched]]) -> AsyncIterator[Fetched]:

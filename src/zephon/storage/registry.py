@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from typing import Any
 
 from zephon.errors import ConfigError
+from zephon.storage import logsecrets
 from zephon.storage.base import Backend
 from zephon.storage.diskcache import DiskCache
 from zephon.storage.managed import ManagedStorage
@@ -13,6 +16,12 @@ from zephon.storage.policy import RetryPolicy, StorageLimits
 from zephon.storage.uri import scheme_of
 
 __all__ = ["BackendFactory", "open_storage", "register_backend"]
+
+# storage_options and environment variables whose values are credentials (masked in logs)
+_SECRET_OPTION = re.compile(r"(?i)key|secret|token|password|credential|connection_string|sas")
+_SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+               "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING",
+               "AZURE_CLIENT_SECRET", "GOOGLE_OAUTH_ACCESS_TOKEN", "HF_TOKEN")  # fmt: skip
 
 BackendFactory = Callable[[dict[str, Any], StorageLimits], Backend]
 
@@ -95,5 +104,10 @@ def open_storage(
             f"no storage backend for scheme {scheme!r} (known: {sorted(_BACKENDS)})"
         ) from None
     limits = limits or StorageLimits()
-    backend = factory(dict(storage_options or {}), limits)
+    options = dict(storage_options or {})
+    if scheme not in ("file", "memory"):
+        logsecrets.install()
+        logsecrets.register(*(v for k, v in options.items() if _SECRET_OPTION.search(k)))
+        logsecrets.register(*(os.environ.get(name) for name in _SECRET_ENV))
+    backend = factory(options, limits)
     return ManagedStorage(backend, limits=limits, retry=retry, cache=cache)
