@@ -433,20 +433,65 @@ def test_configuration_errors(toy: Dataset) -> None:
     gc.collect()
 
 
-def test_a_function_workers_cannot_receive_is_refused_when_added(toy: Dataset) -> None:
+def test_lambdas_and_closures_run_in_workers_by_value_and_what_cannot_travel_is_refused(
+    toy: Dataset,
+) -> None:
     pipe = Pipeline(source(toy))
-    with pytest.raises(ConfigError, match=r"cannot be sent to worker processes.*top level"):
-        pipe.map(lambda s: s, processes=2)
+    offset = 1000
 
     def local(sample: Any) -> bool:
-        return True
+        return int(sample["id"]) % 2 == 0
 
-    with pytest.raises(ConfigError, match=r"'test_a_function_workers.*local'"):
-        pipe.filter(local, processes=2)
-    pipe.map(lambda s: s)  # in process, anything goes
+    expected = [s["id"] + offset for s in pipe.filter(local) if True]
+    got = pipe.filter(local, processes=2).map(lambda s: s["id"] + offset, processes=2)
+    assert list(got) == expected
+    lock = threading.Lock()
+    with pytest.raises(ConfigError, match=r"'.*holds_a_lock' cannot be sent to worker processes"):
+
+        def holds_a_lock(sample: Any) -> Any:
+            with lock:
+                return sample
+
+        pipe.map(holds_a_lock, processes=2)
+    pipe.map(lambda s: (lock, s))  # in process, anything goes
 
 
 async def test_sync_dataset_calls_work_inside_a_running_loop(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_text("".join(f'{{"id": {i}}}\n' for i in range(10)))
     ds = Dataset.from_path("nb", str(tmp_path))  # as in a notebook cell
     assert ds.num_samples == 10 and ds.head(2) == [{"id": 0}, {"id": 1}]
+
+
+MAIN_WITHOUT_FILE = """
+import sys
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+def doubled(sample):
+    return {**sample, "doubled": 2 * sample["id"]}
+
+ws = StaticMixtureWorkSource([Dataset.from_path("t", sys.argv[-1])], seed=1, stop_after_passes=1)
+pipe = Pipeline(ws, rank=0, world_size=1).map(doubled, processes=2).filter(
+    lambda s: s["id"] % 3 == 0, processes=2)
+print(sorted(s["doubled"] for s in pipe))
+"""
+
+
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_functions_of_a_main_without_a_file_run_in_workers(tmp_path: Path, how: str) -> None:
+    """``python -c``, a REPL or a notebook: workers cannot import their ``__main__``, so its
+    functions travel by value (they once failed in every block). A script on stdin cannot
+    start workers at all (multiprocessing's own limit): refused at ``map()``, saying why."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(300)))
+    argv = [sys.executable, "-c", MAIN_WITHOUT_FILE] if how == "-c" else [sys.executable, "-"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    run = subprocess.run([*argv, str(tmp_path)], input=MAIN_WITHOUT_FILE if how == "stdin" else None,
+                         capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    if how == "stdin":  # multiprocessing would run "<stdin>" as a file in every worker
+        assert run.returncode == 1 and "ConfigError: worker processes cannot start" in run.stderr
+        assert "save the script to a file" in run.stderr
+        return
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == str([2 * i for i in range(300) if i % 3 == 0])

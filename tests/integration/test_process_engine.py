@@ -99,9 +99,14 @@ def test_an_item_that_does_not_unpickle_here_raises_instead_of_hanging(docs: Dat
         list(pipe)
 
 
-def test_functions_must_pickle(docs: Dataset) -> None:
-    with pytest.raises(ConfigError, match="must pickle"):
-        iter(build(docs, "process", lambda s: s)).__next__()
+def test_functions_travel_by_value_and_what_cannot_travel_is_refused(docs: Dataset) -> None:
+    tokens = fns.as_tokens
+    assert rows(list(build(docs, "process", lambda s: tokens(s)))) == rows(
+        list(build(docs, "thread"))
+    )
+    lock = threading.Lock()
+    with pytest.raises(ConfigError, match="must serialise"):
+        iter(build(docs, "process", lambda s: (lock, s))).__next__()
     with pytest.raises(ConfigError, match="engine must be"):
         Pipeline(StaticMixtureWorkSource([docs]), engine="fork")
 

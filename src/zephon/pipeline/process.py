@@ -33,11 +33,13 @@ from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
+import cloudpickle
 import numpy as np
 
 from zephon.engine import janitor
 from zephon.errors import ConfigError, WorkerCrashed, ZephonError
 from zephon.pipeline.bridge import new_loop
+from zephon.pipeline.placement import check_main_can_start_workers
 from zephon.pipeline.slots import Slots, join, split
 
 __all__ = ["ProcessEngine"]
@@ -184,12 +186,16 @@ class ProcessEngine:
                 "DataLoader worker is one): use engine='thread' there, the workers are "
                 "processes already"
             )
+        check_main_can_start_workers()
         try:
-            blob = pickle.dumps(pipeline, 5)
+            # By value where the child could not import them: lambdas, closures, functions
+            # of a __main__ (the child runs its own).
+            blob = cloudpickle.dumps(pipeline, 5)
         except Exception as exc:
             raise ConfigError(
                 "engine='process' runs the pipeline in a spawned process, so the pipeline "
-                f"and its functions must pickle (top-level functions, no lambdas): {exc}"
+                f"and its functions must serialise ({type(exc).__name__}: {exc}); a step "
+                "holding a lock, a socket or an open file cannot"
             ) from exc
         janitor.ensure()  # the child's segments go with this process tree, however it ends
         ctx = mp.get_context("spawn")
