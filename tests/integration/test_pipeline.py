@@ -487,8 +487,10 @@ def test_functions_of_a_main_without_a_file_run_in_workers(tmp_path: Path, how: 
     (tmp_path / "a.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(300)))
     argv = [sys.executable, "-c", MAIN_WITHOUT_FILE] if how == "-c" else [sys.executable, "-"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    run = subprocess.run([*argv, str(tmp_path)], input=MAIN_WITHOUT_FILE if how == "stdin" else None,
-                         capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    stdin = MAIN_WITHOUT_FILE if how == "stdin" else None
+    run = subprocess.run(
+        [*argv, str(tmp_path)], input=stdin, capture_output=True, text=True, timeout=120, env=env
+    )
     if how == "stdin":  # multiprocessing would run "<stdin>" as a file in every worker
         assert run.returncode == 1 and "ConfigError: worker processes cannot start" in run.stderr
         assert "save the script to a file" in run.stderr
