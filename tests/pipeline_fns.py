@@ -209,3 +209,24 @@ def picture(sample: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     return {"id": sample["id"], "image": np.full((224, 224, 3), sample["id"] % 251, np.uint8)}
+
+
+class SlowToStart:
+    """A step that takes seconds to arrive in a child process (as heavy imports do), and
+    says ``ready`` on stdout when it starts arriving there."""
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        return sample
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _slow_to_start, ()
+
+
+def _slow_to_start() -> SlowToStart:
+    import multiprocessing
+    import time
+
+    if multiprocessing.parent_process() is not None:
+        print("ready", flush=True)
+        time.sleep(3.0)  # an import that takes long, not a wait for anything
+    return SlowToStart()

@@ -161,8 +161,9 @@ def test_os_exit_in_a_user_function(data: Path, processes: int) -> None:
 def test_a_script_without_a_main_guard_is_told_what_to_do(
     data: Path, tmp_path: Path, guarded: bool
 ) -> None:
-    """A script whose top level runs a pipeline with worker processes runs again in each
-    worker, which dies starting up: the error says to add the guard. A guarded script whose
+    """A script whose top level runs a pipeline with worker processes would run again in
+    each worker, which would die starting up: refused before any worker starts (so no
+    worker prints a traceback of its own), saying to add the guard. A guarded script whose
     worker dies mid-task (os._exit) gets no such advice."""
     body = ("ds = Dataset.from_path('a', sys.argv[1])\n"
             "ws = StaticMixtureWorkSource([ds], seed=1, shuffle='none')\n"
@@ -176,9 +177,15 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(
     out = subprocess.run([sys.executable, str(script), str(data)], capture_output=True,
                          text=True, timeout=60, env=env, cwd=ROOT)  # fmt: skip
     assert out.returncode == 1
-    assert "WorkerCrashed" in out.stderr, out.stderr[-2000:]
-    hint = 'put that code under `if __name__ == "__main__":`'
-    assert (hint in out.stderr) is not guarded, out.stderr[-2000:]
+    if guarded:
+        assert "WorkerCrashed" in out.stderr, out.stderr[-2000:]
+        assert "__main__" not in out.stderr.rsplit("WorkerCrashed", 1)[1]
+        return
+    assert "ConfigError: worker processes cannot start from the top level of train.py" in (
+        out.stderr
+    ), out.stderr[-2000:]
+    assert 'under `if __name__ == "__main__":`' in out.stderr
+    assert out.stderr.count("Traceback (most recent call last)") == 1  # ours alone
 
 
 THREAD_SCRIPT = """
@@ -383,6 +390,39 @@ def test_a_process_group_killed_outright_leaves_no_shared_memory(data: Path, eng
     for tracker in trackers:
         _gone_within_pid(tracker, 30.0)
     assert set(os.listdir("/dev/shm")) - before == set()  # segments and semaphores
+
+
+@pytest.mark.parametrize("when", ["while the child starts", "after the first item"])
+def test_ctrl_c_with_the_process_engine_prints_one_traceback(data: Path, when: str) -> None:
+    """Ctrl-C signals the whole process group: the pipeline's process ignores it (the
+    parent stops it), so only the script's own KeyboardInterrupt is printed (the child once
+    printed an EOFError or UnpicklingError of its own, and "Unclosed client session")."""
+    import signal
+
+    step = "fns.SlowToStart()" if when == "while the child starts" else "fns.double"
+    script = PRELUDE + (
+        "\nif __name__ == '__main__':\n"
+        f"    it = iter(build(0, 2, 'process').map({step}))\n"
+        f"    if {step == 'fns.double'}:\n"
+        "        next(it)\n"
+        "        print('ready', flush=True)\n"
+        "    for x in it:\n"
+        "        pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", script, str(data)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                          start_new_session=True) as child:  # fmt: skip
+        assert child.stdout is not None and child.stderr is not None
+        assert child.stdout.readline().strip() == "ready"
+        os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        err = child.stderr.read()
+        child.wait(timeout=60)
+    assert "KeyboardInterrupt" in err
+    assert err.count("Traceback (most recent call last)") == 1, err[-3000:]
+    for noise in ("EOFError", "UnpicklingError", "Unclosed client session"):
+        assert noise not in err, err[-3000:]
+    assert _gone_within(child.pid, 15.0) == []
 
 
 def _trackers_of(pids: list[int]) -> list[int]:

@@ -197,3 +197,37 @@ def test_a_test_server_stopped_while_a_client_connects_leaves_no_socket_open(
                     sys.unraisablehook = hook
             leaked = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
             assert leaked + unraisable == []
+
+
+DEV_MODE_SCRIPT = """
+import json, sys
+from zephon import Dataset
+from zephon.errors import StorageError
+try:
+    Dataset.from_path("x", sys.argv[1], storage_options=json.loads(sys.argv[2]))
+except StorageError as exc:
+    print(type(exc).__name__, exc, getattr(exc, "__notes__", []))
+"""
+
+
+def test_a_response_that_does_not_parse_says_why_at_once(
+    s3_endpoint: S3Endpoint, s3_bucket: str
+) -> None:
+    """Under ``-X dev`` aiohttp refuses moto's duplicated ``Server`` header: the error names
+    that cause and the strict mode, with no retries (it was 10 attempts and a bare
+    ``TransientStorageError(HTTPClientError)``)."""
+    import json
+    import subprocess
+
+    if S3Endpoint.from_env() is not None:
+        pytest.skip("an external S3 sends one Server header")
+    s3_endpoint.client().put_object(Bucket=s3_bucket, Key="d/a.jsonl", Body=b'{"id": 1}\n')
+    options = json.dumps(s3_endpoint.storage_options())
+    run = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", DEV_MODE_SCRIPT, f"s3://{s3_bucket}/d/", options],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    out = run.stdout
+    assert out.startswith("StorageError the server's response does not parse"), run.stderr[-2000:]
+    assert "Duplicate 'Server' header" in out and "-X dev" in out
+    assert "gave up after" not in out  # not retried

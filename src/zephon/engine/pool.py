@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from zephon.engine import janitor, shm
-from zephon.errors import WorkerCrashed
+from zephon.errors import ConfigError, WorkerCrashed
 
 __all__ = ["WorkerPool"]
 
@@ -142,6 +142,23 @@ def _start_hint(answered: bool) -> str:
             "processes import the script when they start)")  # fmt: skip
 
 
+def _refuse_unguarded() -> None:
+    """Refuse to start workers from the unguarded top level of a script, before any starts:
+    each would run the script again while importing it and die starting up, printing its
+    own multiprocessing traceback beside ours.
+
+    Raises:
+        ConfigError: saying to add the guard.
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path and _runs_unguarded(path):
+        raise ConfigError(
+            f"worker processes cannot start from the top level of {Path(path).name}: each "
+            "worker imports the script and would run it again. Put the code that builds "
+            'and runs the pipeline under `if __name__ == "__main__":`'
+        )
+
+
 def _runs_unguarded(path: str) -> bool:
     """Whether the main thread is running the top level of the script at ``path`` outside
     an ``if __name__ == "__main__":`` block: what each worker, importing the script, runs
@@ -182,6 +199,7 @@ class WorkerPool:
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
+            _refuse_unguarded()
             janitor.ensure()  # the workers name their results' segments after this process
             self._executor = ProcessPoolExecutor(
                 self.processes,

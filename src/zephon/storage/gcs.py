@@ -23,12 +23,14 @@ from zephon.errors import (
     ConfigError,
     ObjectChanged,
     StorageError,
-    TransientStorageError,
-    Unreachable,
 )
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
-from zephon.storage.http_status import error_for_status, total_from_content_range
+from zephon.storage.http_status import (
+    error_for_connection,
+    error_for_status,
+    total_from_content_range,
+)
 from zephon.storage.uri import split_bucket_key
 
 __all__ = ["GCSBackend"]
@@ -129,10 +131,7 @@ class GCSBackend:
             ) as resp:
                 return resp.status, resp.headers, await resp.read()
         except (aiohttp.ClientError, ConnectionError, OSError) as exc:
-            kind = Unreachable if isinstance(exc, aiohttp.ClientConnectorError) else None
-            raise (kind or TransientStorageError)(
-                f"connection failed ({type(exc).__name__})", uri=uri
-            ) from None
+            raise error_for_connection(exc, uri) from None
 
     def _object_url(self, uri: str) -> tuple[str, str]:
         bucket, key = split_bucket_key(uri)

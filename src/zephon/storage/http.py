@@ -16,13 +16,15 @@ import aiohttp
 from zephon.errors import (
     ConfigError,
     ObjectChanged,
-    TransientStorageError,
-    Unreachable,
     redact_uri,
 )
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
-from zephon.storage.http_status import error_for_status, total_from_content_range
+from zephon.storage.http_status import (
+    error_for_connection,
+    error_for_status,
+    total_from_content_range,
+)
 
 __all__ = ["HTTPBackend"]
 
@@ -74,10 +76,7 @@ class HTTPBackend:
                 body = await resp.read() if method == "GET" and read else b""
                 return resp.status, resp.headers, body
         except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
-            kind = Unreachable if isinstance(exc, aiohttp.ClientConnectorError) else None
-            raise (kind or TransientStorageError)(
-                f"connection failed ({type(exc).__name__})", uri=uri
-            ) from None
+            raise error_for_connection(exc, uri) from None
 
     async def get_range(
         self, uri: str, start: int, stop: int, version: str | None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import sys
+
+import aiohttp
 
 from zephon.errors import (
     AccessDenied,
@@ -11,9 +14,15 @@ from zephon.errors import (
     StorageError,
     Throttled,
     TransientStorageError,
+    Unreachable,
 )
+from zephon.storage import logsecrets
 
-__all__ = ["error_for_status", "total_from_content_range"]
+__all__ = ["cause_of", "error_for_connection", "error_for_status", "total_from_content_range"]
+
+# aiohttp parses responses strictly in Python's development mode (a duplicated ``Server``
+# header, as some servers send, is then an error): said in the message, where it applies.
+_STRICT = " (aiohttp parses responses strictly under -X dev or PYTHONASYNCIODEBUG=1)"
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
@@ -37,3 +46,38 @@ def total_from_content_range(value: str | None) -> int | None:
     """The total size in a ``Content-Range: bytes a-b/total`` header, if it states one."""
     match = _CONTENT_RANGE.fullmatch(value or "")
     return int(match.group(3)) if match else None
+
+
+def _inner(exc: BaseException) -> BaseException:
+    """The client's own error under an SDK's wrapper (botocore's ``HTTPClientError``)."""
+    wrapped = getattr(exc, "kwargs", {}).get("error") if hasattr(exc, "kwargs") else None
+    return wrapped if isinstance(wrapped, BaseException) else exc
+
+
+def cause_of(exc: BaseException) -> str:
+    """What went wrong, for a message: the error's type and what it says, credentials
+    masked (never its repr: aiohttp's holds the request's signed headers)."""
+    exc = _inner(exc)
+    if isinstance(exc, aiohttp.ClientResponseError):
+        detail = f"{exc.status}, {exc.message}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        detail = exc.strerror
+    else:
+        detail = str(exc)
+    detail = logsecrets.scrub(" ".join(detail.split()))[:200]
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def error_for_connection(exc: BaseException, uri: str, hint: str = "") -> StorageError:
+    """The Zephon error for a request that got no usable answer: a response that does not
+    parse is not worth retrying; a connection never made is :class:`Unreachable`; the rest
+    (resets, timeouts) transient. Each says its cause."""
+    inner = _inner(exc)
+    if isinstance(inner, aiohttp.ClientResponseError) and isinstance(
+        inner.__cause__, aiohttp.http_exceptions.HttpProcessingError
+    ):
+        strict = _STRICT if sys.flags.dev_mode or aiohttp.helpers.DEBUG else ""
+        return StorageError(f"the server's response does not parse ({cause_of(inner)}){strict}",
+                            uri=uri)  # fmt: skip
+    kind = Unreachable if isinstance(inner, aiohttp.ClientConnectorError) else None
+    return (kind or TransientStorageError)(f"connection failed{hint} ({cause_of(inner)})", uri=uri)

@@ -44,6 +44,7 @@ from zephon.errors import (
 )
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
+from zephon.storage.http_status import cause_of, error_for_connection
 from zephon.storage.uri import split_bucket_key
 
 __all__ = ["S3Backend"]
@@ -100,10 +101,9 @@ def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
         endpoint = _endpoint_of(exc)
         hint = (f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)"
                 if endpoint else "")  # fmt: skip
-        message = f"connection failed{hint} ({type(exc).__name__})"
         if isinstance(exc, EndpointConnectionError | aiohttp.ClientConnectorError):
-            return Unreachable(message, uri=uri)
-        return TransientStorageError(message, uri=uri)
+            return Unreachable(f"connection failed{hint} ({cause_of(exc)})", uri=uri)
+        return error_for_connection(exc, uri, hint)
     if isinstance(exc, OSError):
         return TransientStorageError(f"I/O error ({type(exc).__name__})", uri=uri)
     raise exc
