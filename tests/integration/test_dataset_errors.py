@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import io
 import json
 import shutil
 import tarfile
@@ -331,3 +332,27 @@ def test_every_command_has_help_with_an_example(
         main([command, "--help"])
     assert done.value.code == 0
     assert f"example: zephon {command}" in capsys.readouterr().out
+
+
+def test_metadata_json_beside_shards_of_another_format_is_not_a_shard(tmp_path: Path) -> None:
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        for name, data in (("0.txt", b"a"), ("1.txt", b"b")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "reference.json").write_text('{"what": "metadata"}')
+    ds = Dataset.from_path("t", str(tmp_path))
+    assert ds.format == "webdataset" and ds.num_samples == 2
+    (tmp_path / "more.jsonl").write_text('{"id": 1}\n')  # a real JSONL shard: mixed
+    with pytest.raises(FormatError, match="mixed formats"):
+        Dataset.from_path("t", str(tmp_path), index_cache=False)
+
+
+def test_compressed_tars_and_unknown_files_say_what_is_readable(tmp_path: Path) -> None:
+    (tmp_path / "a.tar.gz").write_bytes(b"\x1f\x8b" + bytes(30))
+    with pytest.raises(FormatError, match=r"compressed tars \(a.tar.gz...\) cannot be read"):
+        Dataset.from_path("t", str(tmp_path))
+    (tmp_path / "a.tar.gz").unlink()
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(FormatError, match=r"\.vortex, a \.lance directory, or an index.json"):
+        Dataset.from_path("t", str(tmp_path))

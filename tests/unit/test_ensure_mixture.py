@@ -108,3 +108,16 @@ def test_a_cut_anywhere_resumes_exactly() -> None:
         again = pipe()
         again.restore(first.checkpoint())
         assert head + [x["id"] for x in take(again)] == whole, cut
+
+
+def test_one_tokens_per_byte_ratio_for_every_dataset() -> None:
+    def source(ratio: Any) -> StaticMixtureWorkSource:
+        return StaticMixtureWorkSource(datasets(), {"a": 0.5, "b": 0.5}, seed=1,
+                                       mixture_unit="tokens", tokens_per_byte=ratio)  # fmt: skip
+
+    assert source(0.25).tokens_per_byte == [0.25, 0.25]  # once a TypeError
+    assert source(0.25).fingerprint() == source({"a": 0.25, "b": 0.25}).fingerprint()
+    with pytest.raises(ConfigError, match="tokens_per_byte must be a number or"):
+        source("0.25")
+    with pytest.raises(ConfigError, match="positive"):
+        source(0)

@@ -165,3 +165,29 @@ def test_split_long_samples_keeps_every_token_and_resumes_exactly() -> None:
         rest = [(s["id"], s.get("piece", 0), s["input_ids"].tolist()) for s in again]
         got = [(s["id"], s.get("piece", 0), s["input_ids"].tolist()) for s in head] + rest
         assert got == full, cut
+
+
+def _long(sample: dict[str, Any]) -> dict[str, Any]:
+    return {"input_ids": np.arange(1, 41 + sample["id"], dtype=np.int32)}  # 40+ tokens
+
+
+@pytest.mark.parametrize("algorithm", ["concat", "best_fit_wrap"])
+def test_position_ids_of_documents_split_across_rows(algorithm: str) -> None:
+    """Documents longer than a row are split across rows: by default each part's position
+    ids restart in its row (a model with learned positions sized to the row indexes them);
+    ``position_ids="document"`` continues them (once the default, up to 1,322 in rows of
+    256)."""
+    ds = Dataset.from_records("r", [{"id": i} for i in range(30)], samples_per_shard=10)
+    pipe = Pipeline(StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1), rank=0,
+                    world_size=1).map(_long).pack(16, algorithm=algorithm)  # fmt: skip
+    rows = list(pipe.to_training())
+    assert max(int(r["position_ids"].max()) for r in rows) < 16
+    for r in rows:  # restarting at every document start and at the start of the row
+        seg, pos = r["segment_ids"], r["position_ids"]
+        starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+        assert (pos[starts] == 0).all()
+    continued = list(pipe.to_training(position_ids="document"))
+    assert max(int(r["position_ids"].max()) for r in continued) >= 40
+    assert [r["input_ids"].tolist() for r in continued] == [r["input_ids"].tolist() for r in rows]
+    with pytest.raises(ConfigError, match="position_ids must be one of"):
+        pipe.to_training(position_ids="absolute")  # type: ignore[arg-type]

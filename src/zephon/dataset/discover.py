@@ -21,7 +21,7 @@ from zephon.dataset.builders import build_jsonl, build_parquet, build_records, b
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
 from zephon.dataset.locate import locate, read_whole
 from zephon.dataset.names import basename as _basename
-from zephon.dataset.names import format_of, natural_key
+from zephon.dataset.names import format_of, is_jsonl_by_name, natural_key
 from zephon.dataset.names import not_a_shard as _hidden
 from zephon.dataset.vortex import VortexCodec, vortex_index
 from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
@@ -271,7 +271,10 @@ def _detect(
         if isinstance(obj, dict) and "chunks" in obj and "config" in obj:
             return "litdata"
         # Another tool's index beside shards of a format known by extension: not ours.
-    found = {format_of(o.uri) for o in objects if not _hidden(o.uri, ctx.root)} - {None}
+    visible = [o.uri for o in objects if not _hidden(o.uri, ctx.root)]
+    found = {format_of(uri) for uri in visible} - {None}
+    if len(found) > 1 and "jsonl" in found and not any(is_jsonl_by_name(u) for u in visible):
+        found.discard("jsonl")  # .json files beside shards of another format: its metadata
     if not found and index_json is not None:
         raise FormatError(
             "index.json is neither an MDS nor a LitData index, and no shards of a known "
@@ -286,9 +289,18 @@ def _detect(
             uri=ctx.root,
         )
     if not found:
+        tars = [u for u in visible if u.lower().endswith((".tar.gz", ".tgz", ".tar.zst"))]
         raise FormatError(
-            "unknown format: no index.json and no .jsonl/.json (optionally .gz/.zst/.bz2/.xz), "
-            ".parquet or .tar shards; pass format=",
+            (
+                f"compressed tars ({_basename(tars[0])}...) cannot be read by byte range: "
+                "WebDataset shards must be plain .tar files (decompress them once)"
+            )
+            if tars
+            else (
+                "unknown format: no shards of a known kind: .jsonl/.json (optionally .gz/.zst/"
+                ".bz2/.xz), .parquet, .tar (WebDataset), .vortex, a .lance directory, or an "
+                "index.json of MDS or LitData; pass format="
+            ),
             dataset=ctx.name,
             uri=ctx.root,
         )

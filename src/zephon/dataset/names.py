@@ -8,7 +8,7 @@ from typing import Any
 
 from zephon.refs import path_of
 
-__all__ = ["basename", "format_of", "natural_key", "not_a_shard"]
+__all__ = ["basename", "format_of", "is_jsonl_by_name", "natural_key", "not_a_shard"]
 
 _JSONL_COMPRESSIONS = ("", ".gz", ".zst", ".zstd", ".bz2", ".xz")
 _EXTENSIONS = {
@@ -32,6 +32,13 @@ def format_of(uri: str) -> str | None:
         if lower.endswith(exts):
             return name
     return None
+
+
+def is_jsonl_by_name(uri: str) -> bool:
+    """A ``.jsonl`` file (compressed or not): JSON Lines by name, where a ``.json`` file may
+    as well be another tool's metadata."""
+    lower = path_of(uri).lower()
+    return lower.endswith(tuple(f".jsonl{z}" for z in _JSONL_COMPRESSIONS))
 
 
 def basename(uri: str) -> str:

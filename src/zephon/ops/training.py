@@ -9,7 +9,11 @@ gives (also ``positions`` and ``segment_ids``, 0 on padding), one row or a batch
   ``loss_mask`` of the predicted token is 0. ``labels[t]`` is the target of position ``t``: the
   shift is done here, so a loss is ``cross_entropy(logits.flatten(0, 1), labels.flatten())``
   (Hugging Face models shift again inside; pass ``shift=False`` for them).
-- ``position_ids``: restarting at 0 in every document (``positions`` when packed).
+- ``position_ids``: restarting at 0 in every document. A document that ``pack`` split across
+  rows: with ``position_ids="row"`` (the default) its part in the next row restarts at 0
+  too, so every id is below the row length (what a model with learned positions sized to the
+  row needs); with ``"document"`` it continues where the previous row stopped (``positions``
+  as ``pack`` gives them: up to the document's length).
 - ``cu_seqlens`` (int32) and ``max_seqlen``: document boundaries over the flattened batch, as
   variable-length attention kernels take them (padding is its own segment at the end of a row).
 - ``attention_mask`` (1 on tokens, 0 on padding) if asked, and ``num_valid_tokens``.
@@ -21,13 +25,16 @@ Long targets). ``rename_fields`` renames outputs last (e.g. ``{"input_ids": "tok
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from zephon.errors import ConfigError
 
-__all__ = ["ToTraining"]
+__all__ = ["POSITION_IDS", "PositionIds", "ToTraining"]
+
+PositionIds = Literal["row", "document"]
+POSITION_IDS: tuple[PositionIds, ...] = ("row", "document")
 
 
 class ToTraining:
@@ -43,7 +50,10 @@ class ToTraining:
         shift: bool = True,
         rename_fields: Mapping[str, str] | None = None,
         field: str = "input_ids",
+        position_ids: PositionIds = "row",
     ) -> None:
+        if position_ids not in POSITION_IDS:
+            raise ConfigError(f"position_ids must be one of {POSITION_IDS}, got {position_ids!r}")
         if np.dtype(dtype).kind not in "iu":
             raise ConfigError(f"to_training dtype must be an integer type, got {dtype!r}")
         self.ignore_index = ignore_index
@@ -52,11 +62,13 @@ class ToTraining:
         self.shift = shift
         self.rename_fields = dict(rename_fields or {})
         self.field = field
+        self.position_ids = position_ids
 
     def __repr__(self) -> str:
         return (f"to_training(ignore_index={self.ignore_index}, dtype={self.dtype.name}, "
                 f"attention_mask={self.attention_mask}, shift={self.shift}, "
-                f"rename_fields={self.rename_fields}, field={self.field!r})")  # fmt: skip
+                f"rename_fields={self.rename_fields}, field={self.field!r}, "
+                f"position_ids={self.position_ids!r})")  # fmt: skip
 
     def __call__(self, item: Any) -> dict[str, Any]:
         if not isinstance(item, dict) or self.field not in item:
@@ -76,7 +88,7 @@ class ToTraining:
         rows = ids[None, :] if single else ids
         seg = _rows(item.get("segment_ids"), rows.shape, single, np.ones(rows.shape, np.int32))
         mask = _rows(item.get("loss_mask"), rows.shape, single, np.ones(rows.shape, np.int8))
-        if "positions" in item:
+        if "positions" in item and self.position_ids == "document":
             pos = _rows(item["positions"], rows.shape, single, None)
         else:
             pos = _positions(seg)

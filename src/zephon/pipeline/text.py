@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Self
 
 from zephon.ops.pack import Packing
+from zephon.ops.training import PositionIds
 from zephon.pipeline.placement import placement
 from zephon.pipeline.spec import Step
 
@@ -84,13 +85,18 @@ class TextSteps:
         shift: bool = True,
         rename_fields: dict[str, str] | None = None,
         field: str = "input_ids",
+        position_ids: PositionIds = "row",
     ) -> Self:
         """Labels, position ids, ``cu_seqlens``/``max_seqlen`` and ``num_valid_tokens`` for a
         causal LM loss, on rows (before ``batch``) or batches of packed rows (after it); see
-        :mod:`zephon.ops.training`."""
+        :mod:`zephon.ops.training`. ``position_ids``: ``"row"`` (default) restarts a
+        document split across packed rows at 0 in each row, so ids stay below the row
+        length; ``"document"`` continues its positions from row to row."""
         from zephon.ops.training import ToTraining
 
-        fn = ToTraining(ignore_index, dtype, attention_mask, shift, rename_fields, field)
+        fn = ToTraining(
+            ignore_index, dtype, attention_mask, shift, rename_fields, field, position_ids
+        )
         return self._with(Step("map", fn, 0))
 
     def pack(

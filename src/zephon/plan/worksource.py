@@ -59,8 +59,9 @@ class StaticMixtureWorkSource:
         reshuffle_on_repeat: ``False`` keeps a dataset's order across passes; a scalar or a
             mapping (default ``True``: each pass has its own permutation).
         mixture_unit: ``"samples"``, or ``"tokens"`` (weights are token shares).
-        tokens_per_byte: per dataset, for token mixtures; datasets left out are measured by
-            the pipeline's ``tokenize`` step before planning (:meth:`calibrate`).
+        tokens_per_byte: for token mixtures, one ratio for every dataset or a mapping per
+            dataset; datasets left out are measured by the pipeline's ``tokenize`` step
+            before planning (:meth:`calibrate`).
         coalesce_gap_bytes: neighbouring samples of a shard at most this far apart share a read.
         max_request_bytes: a coalesced read grows no larger (a single larger sample still
             gets its own read).
@@ -84,7 +85,7 @@ class StaticMixtureWorkSource:
         max_repeats: int | Mapping[str, int | None] | None = None,
         reshuffle_on_repeat: bool | Mapping[str, bool] = True,
         mixture_unit: str = "samples",
-        tokens_per_byte: Mapping[str, float] | None = None,
+        tokens_per_byte: Mapping[str, float] | float | None = None,
         coalesce_gap_bytes: int = 64 * 1024,
         max_request_bytes: int = 8 << 20,
     ) -> None:
@@ -147,11 +148,19 @@ class StaticMixtureWorkSource:
             raise ConfigError(f"mixture weights must be positive numbers, got {bad}")
         return rational_weights([mixture[n] for n in self.names])
 
-    def _tokens_per_byte(self, given: Mapping[str, float] | None) -> list[float | None] | None:
+    def _tokens_per_byte(
+        self, given: Mapping[str, float] | float | None
+    ) -> list[float | None] | None:
         if self.mixture_unit != "tokens":
             if given is not None:
                 raise ConfigError("tokens_per_byte applies only with mixture_unit='tokens'")
             return None
+        if isinstance(given, int | float) and not isinstance(given, bool):
+            given = dict.fromkeys(self.names, float(given))  # one ratio for every dataset
+        if given is not None and not isinstance(given, Mapping):
+            raise ConfigError(
+                f"tokens_per_byte must be a number or a {{dataset: number}} mapping, got {given!r}"
+            )
         given = dict(given or {})
         unknown = sorted(set(given) - set(self.names))
         if unknown:
