@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -172,3 +174,49 @@ def test_image_steps_on_actors_match_in_process_in_every_pass(address: str) -> N
     want = run()
     assert {p for _, passes, _ in want for p in passes} == {0, 1}
     assert run(executor=Ray(num_actors=2, address=address)) == want
+
+
+LOCAL_DEFAULT = """
+import ray
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.executors import Ray
+from tests import pipeline_fns as fns
+
+if __name__ == "__main__":
+    ds = Dataset.from_records("a", [{"id": i, "text": "x"} for i in range(200)],
+                              samples_per_shard=50)
+    for _ in range(2):  # a second pipeline with a new Ray executor in the same process
+        ws = StaticMixtureWorkSource([ds], seed=1, stop_after_passes=1)
+        pipe = Pipeline(ws, rank=0, world_size=1).map(fns.double, executor=Ray(num_actors=1))
+        print(sum(1 for _ in pipe), flush=True)
+    print(ray.util.get_node_ip_address())
+"""
+
+
+def test_without_an_address_ray_starts_on_loopback_and_serves_two_pipelines(
+    tmp_path: Path,
+) -> None:
+    """Started by Zephon, the cluster listens on 127.0.0.1: a machine whose routed address it
+    cannot reach itself (containers, sandboxes) once timed out connecting to its own GCS."""
+    script = tmp_path / "local_default.py"
+    script.write_text(LOCAL_DEFAULT)
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HOME": str(tmp_path),
+           "RAY_USAGE_STATS_ENABLED": "0"}  # fmt: skip
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
+        env.pop(name, None)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=root)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["200", "200", "127.0.0.1"]
+
+
+def test_an_unreachable_cluster_is_a_config_error_saying_what_to_check() -> None:
+    from zephon.engine.raypool import _connect_error
+
+    error = _connect_error(ConnectionError("Failed to connect to GCS at 10.0.0.9:6379"),
+                           "ray://user:secret@head:10001")  # fmt: skip
+    assert isinstance(error, ConfigError) and "secret" not in str(error)
+    assert "check the address" in str(error) and "Failed to connect to GCS" in str(error)
+    token = _connect_error(RuntimeError("RPC error: InvalidAuthToken: missing"), None)
+    assert "token" in str(token) and "RAY_AUTH_MODE" in str(token)

@@ -16,10 +16,12 @@ import contextlib
 import os
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from zephon.errors import ConfigError, WorkerCrashed
+from zephon.errors import ConfigError, WorkerCrashed, redact_uri
 from zephon.executors import Ray
+from zephon.storage import logsecrets
 
 __all__ = ["RayPool"]
 
@@ -37,6 +39,56 @@ class _Actor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+_CONNECTOR: ThreadPoolExecutor | None = None
+
+
+def _connector() -> ThreadPoolExecutor:
+    """The thread that connects to Ray, the same for the life of the process. A cluster Ray
+    starts here dies with the thread that started it (its processes are killed when their
+    parent thread ends), so it must not be a thread of one run: a second pipeline in the
+    same process once found the cluster gone ("Failed to connect to GCS within 60 seconds",
+    and the process ended)."""
+    global _CONNECTOR
+    if _CONNECTOR is None:
+        _CONNECTOR = ThreadPoolExecutor(1, "zephon-ray")
+    return _CONNECTOR
+
+
+def _connect(ray: Any, address: str | None) -> None:
+    """Connect to the cluster at ``address``, or start one on this machine. Started here, it
+    runs on loopback: Ray otherwise binds it to the address the machine routes out of, which
+    in containers and sandboxes the machine itself may not reach ("Failed to connect to GCS"
+    at its own address after a minute), and a cluster of one machine needs no other."""
+    options = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
+    if address is not None:
+        ray.init(address=address, **options)
+        return
+    from ray._private import ray_constants
+
+    routed = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False  # what Ray does on macOS: the node on loopback
+    try:
+        # "local": a new cluster, never one a crashed earlier session left as the default
+        ray.init(address="local", _node_ip_address="127.0.0.1", **options)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = routed
+
+
+def _connect_error(exc: Exception, address: str | None) -> ConfigError:
+    """What to do when Ray cannot be reached or started."""
+    where = f"the Ray cluster at {redact_uri(address)}" if address else "a local Ray cluster"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = f"{type(exc).__name__}: {logsecrets.scrub(first)[:300]}"
+    if "InvalidAuthToken" in str(exc) or type(exc).__name__ == "AuthenticationError":
+        advice = ("the cluster uses token authentication and this process has another token "
+                  "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) or none; give it "
+                  "the cluster's token, or set RAY_AUTH_MODE to match the cluster")  # fmt: skip
+    else:
+        advice = ("check the address (executor=Ray(address=...) or RAY_ADDRESS) and that its "
+                  "GCS port is reachable from here")  # fmt: skip
+    return ConfigError(f"cannot connect to {where} ({text}): {advice}")
 
 
 class RayPool:
@@ -61,8 +113,10 @@ class RayPool:
         config = self.config
         if not ray.is_initialized():
             address = config.address or os.environ.get("RAY_ADDRESS")
-            await asyncio.to_thread(ray.init, address=address, ignore_reinit_error=True,
-                                    log_to_driver=False, include_dashboard=False)  # fmt: skip
+            try:
+                await asyncio.wrap_future(_connector().submit(_connect, ray, address))
+            except Exception as exc:
+                raise _connect_error(exc, address) from None
         self._ray = ray
         options: dict[str, Any] = {"num_cpus": config.num_cpus_per_actor, "max_restarts": 0}
         if config.runtime_env is not None:

@@ -1,6 +1,11 @@
 """A local Ray cluster for tests and benchmarks: ``ray start --head --block`` on loopback in a
 child process (the caller connects to it by address, as a driver to any cluster); stopping
-the child stops the cluster it started, and nothing else."""
+the child stops the cluster it started, and nothing else.
+
+It is kept apart from the user's own Ray state: token authentication is off for the head and,
+while it runs, for this process (``RAY_AUTH_MODE=disabled``), so an ``~/.ray/auth_token``
+left by an earlier Ray session (which a head reads, then refusing every driver without that
+token) changes nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ import sys
 from pathlib import Path
 
 __all__ = ["RayCluster"]
+
+_AUTH_MODE = "RAY_AUTH_MODE"
 
 
 def _free_port() -> int:
@@ -26,9 +33,12 @@ class RayCluster:
     def __init__(self, cpus: int = 2) -> None:
         self.cpus = cpus
         self._child: subprocess.Popen[str] | None = None
+        self._auth_mode: str | None = None
         self.address = ""
 
     def start(self) -> str:
+        self._auth_mode = os.environ.get(_AUTH_MODE)
+        os.environ[_AUTH_MODE] = "disabled"  # this process, the driver (module doc)
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("RAY_ADDRESS", None)
         port = _free_port()
@@ -53,6 +63,10 @@ class RayCluster:
         child, self._child = self._child, None
         if child is None:
             return
+        if self._auth_mode is None:
+            os.environ.pop(_AUTH_MODE, None)
+        else:
+            os.environ[_AUTH_MODE] = self._auth_mode
         child.send_signal(signal.SIGTERM)  # --block: stops what it started, then exits
         try:
             child.wait(60)
