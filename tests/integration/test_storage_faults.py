@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zephon.errors import NotFound, TransientStorageError
+from zephon.errors import NotFound, Throttled, TransientStorageError
 from zephon.storage import RetryPolicy, StorageLimits, open_storage
 from zephon.testing import Azurite, FaultProxy, Faults, S3Endpoint, StaticHTTPServer
 
@@ -88,15 +88,31 @@ async def test_permanent_errors_fail_fast_through_the_proxy(
 
 async def test_gives_up_after_max_attempts(s3_endpoint: S3Endpoint, s3_bucket: str) -> None:
     s3_endpoint.client().put_object(Bucket=s3_bucket, Key="k", Body=b"x" * 100)
-    for proxy in _proxy(s3_endpoint, Faults(throttle_rate=1.0)):
+    for proxy in _proxy(s3_endpoint, Faults(reset_rate=1.0)):
         retry = RetryPolicy(max_attempts=4, base_delay_s=0.0)
         async with open_storage(
             "s3://", s3_endpoint.storage_options(proxy.url), retry=retry
         ) as storage:
             with pytest.raises(TransientStorageError) as info:
                 await storage.read(f"s3://{s3_bucket}/k", 0, 10)
-        assert proxy.injected["throttle"] == 4
         assert "gave up after 4 attempts" in "".join(info.value.__notes__)
+
+
+async def test_throttling_is_waited_out_for_its_own_time_not_a_count_of_attempts(
+    s3_endpoint: S3Endpoint, s3_bucket: str
+) -> None:
+    """A storm of 503 SlowDown is retried past ``max_attempts``, until
+    ``throttle_timeout_s``; concurrency is cut meanwhile."""
+    s3_endpoint.client().put_object(Bucket=s3_bucket, Key="k", Body=b"x" * 100)
+    for proxy in _proxy(s3_endpoint, Faults(throttle_rate=1.0)):
+        retry = RetryPolicy(max_attempts=2, base_delay_s=0.001, throttle_timeout_s=0.3)
+        async with open_storage(
+            "s3://", s3_endpoint.storage_options(proxy.url), retry=retry
+        ) as storage:
+            with pytest.raises(Throttled) as info:
+                await storage.read(f"s3://{s3_bucket}/k", 0, 10)
+        assert proxy.injected["throttle"] > 2  # past max_attempts
+        assert "gave up after" in "".join(info.value.__notes__)
         assert storage.concurrency.limit < 64
 
 
@@ -231,3 +247,24 @@ def test_a_response_that_does_not_parse_says_why_at_once(
     assert out.startswith("StorageError the server's response does not parse"), run.stderr[-2000:]
     assert "Duplicate 'Server' header" in out and "-X dev" in out
     assert "gave up after" not in out  # not retried
+
+
+@pytest.mark.timeout(90)
+async def test_stalled_and_trickling_reads_are_hedged_and_nothing_hangs(
+    s3_endpoint: S3Endpoint, objects: dict[str, bytes]
+) -> None:
+    """A server that accepts a request and never answers, and one that trickles a body at
+    1 KB/s: each such read is sent again once it runs far past what reads have taken, and
+    the first answer wins. (Without hedging, each waits for the 120 s attempt timeout.)"""
+    faults = Faults(stall_rate=0.02, trickle_rate=0.02, trickle_bytes_per_s=1024, seed=5)
+    for proxy in _proxy(s3_endpoint, faults):
+        options = s3_endpoint.storage_options(proxy.url)
+        async with open_storage("s3://", options, limits=StorageLimits(max_requests=16)) as st:
+            got = []
+            for wave in range(3):  # later waves hedge by the latency the earlier ones showed
+                got += await asyncio.gather(*(st.read(u, 0, len(d)) for u, d in objects.items()))
+        injected = proxy.injected
+    assert got == list(objects.values()) * 3
+    assert injected["stall"] >= 5 and injected["trickle"] >= 5
+    assert st.hedger.sent >= injected["stall"] and st.hedger.won >= injected["stall"]
+    assert st.hedger.sent <= injected["stall"] + injected["trickle"] + 0.1 * st.stats.requests

@@ -24,7 +24,7 @@ from zephon.ops.block import Block
 from zephon.pipeline import state
 from zephon.pipeline.bridge import SyncBridge, aiterate, consuming
 from zephon.pipeline.images import ImageSteps
-from zephon.pipeline.placement import placement, shippable
+from zephon.pipeline.placement import placed, placement
 from zephon.pipeline.process import ProcessEngine
 from zephon.pipeline.progress import ProgressBar
 from zephon.pipeline.run import Run
@@ -143,22 +143,17 @@ class Pipeline(TextSteps, ImageSteps):
 
     def map(self, fn: Callable[[Any], Any], processes: int = 0, executor: Any = None) -> Pipeline:
         """``fn(sample) -> sample | None`` (sync or async; ``None`` drops the sample). With
-        ``processes=N`` (or ``executor=Local(N)``), ``fn`` runs in the pipeline's worker
-        pool, a block at a time, with identical output: a top-level function travels by
-        name, anything else (a lambda, a closure, a function typed in a notebook) by value.
-        ``executor=Ray(...)`` runs it on Ray actors (:mod:`zephon.executors`)."""
-        inflight, remote = placement(processes, executor, fn, "function")
-        if inflight and remote is None:
-            fn = shippable(fn, "function")
+        ``processes=N`` (or ``executor=Local(N)``) it runs in the pipeline's worker pool, a
+        block at a time, same output (a lambda, a closure or a notebook's function travels by
+        value). ``executor=Ray(...)`` runs it on Ray actors (:mod:`zephon.executors`)."""
+        inflight, remote, fn = placed(processes, executor, fn, "function")
         return self._with(Step("map", fn, inflight, executor=remote))
 
     def filter(
         self, pred: Callable[[Any], Any], processes: int = 0, executor: Any = None
     ) -> Pipeline:
         """Keep samples for which ``pred(sample)`` is true (sync or async); placed like map."""
-        inflight, remote = placement(processes, executor, pred, "predicate")
-        if inflight and remote is None:
-            pred = shippable(pred, "predicate")
+        inflight, remote, pred = placed(processes, executor, pred, "predicate")
         return self._with(Step("filter", pred, inflight, executor=remote))
 
     def apply(self, op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Pipeline:

@@ -15,7 +15,13 @@ from typing import Any
 from zephon.errors import ConfigError
 from zephon.executors import Local, Ray
 
-__all__ = ["ByValue", "check_main_can_start_workers", "placement", "shippable"]
+__all__ = [
+    "ByValue",
+    "check_main_can_start_workers",
+    "placed",
+    "placement",
+    "shippable",
+]
 
 
 def placement(processes: int, executor: Any, fn: Any, what: str) -> tuple[int, Ray | None]:
@@ -42,6 +48,12 @@ def placement(processes: int, executor: Any, fn: Any, what: str) -> tuple[int, R
     if processes:
         check_main_can_start_workers()
     return processes, None
+
+
+def placed(processes: int, executor: Any, fn: Any, what: str) -> tuple[int, Ray | None, Any]:
+    """:func:`placement`, and ``fn`` as it travels to the pool's workers (:func:`shippable`)."""
+    inflight, remote = placement(processes, executor, fn, what)
+    return inflight, remote, shippable(fn, what) if inflight and remote is None else fn
 
 
 def check_main_can_start_workers() -> None:

@@ -95,15 +95,17 @@ class _Sender:
         self.thread.join()
 
 
-def _block_sigint() -> set[Any] | None:
-    """Block SIGINT on this thread; the mask before (``None`` where masks do not exist)."""
+def _start_without_sigint(proc: Any) -> None:
+    """Start ``proc`` with SIGINT blocked: Ctrl-C is the parent's to handle (it stops the
+    child). The child inherits the mask and then ignores the signal (interrupted while it
+    started, it printed a traceback of its own beside the parent's)."""
     if not hasattr(signal, "pthread_sigmask"):
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-
-def _restore_mask(mask: set[Any] | None) -> None:
-    if mask is not None and hasattr(signal, "pthread_sigmask"):
+        proc.start()
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc.start()
+    finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
@@ -239,14 +241,7 @@ class ProcessEngine:
         self._ready = threading.Event()
         _OPEN.add(self)
         try:
-            # Ctrl-C is the parent's to handle (it stops the child): blocked while the child
-            # starts, which inherits the mask and then ignores it (interrupted while starting,
-            # it printed a traceback of its own beside the parent's).
-            blocked = _block_sigint()
-            try:
-                self._proc.start()
-            finally:
-                _restore_mask(blocked)
+            _start_without_sigint(self._proc)
             self._receiver.start()
         except BaseException:
             _OPEN.discard(self)

@@ -153,7 +153,8 @@ class Run:
         """Counters of this run: per stage, fetch, consumer, skipped samples."""
         elapsed = time.perf_counter() - self.started if self.started else 0.0
         fetch: dict[str, Any] = {"requests": 0, "bytes": 0, "retries": 0, "throttles": 0,
-                                 "truncated": 0, "inflight_bytes": 0}  # fmt: skip
+                                 "truncated": 0, "inflight_bytes": 0, "hedges": 0,
+                                 "hedges_won": 0}  # fmt: skip
         latencies: list[float] = []
         for storage in self.storages:
             s = storage.stats
@@ -163,6 +164,8 @@ class Run:
             fetch["throttles"] += s.throttles
             fetch["truncated"] += s.truncated
             fetch["inflight_bytes"] += storage.inflight_bytes
+            fetch["hedges"] += storage.hedger.sent
+            fetch["hedges_won"] += storage.hedger.won
             latencies.extend(s._latencies_s)
         res = self.res
         cache = res.range_cache if res is not None else None

@@ -21,6 +21,7 @@ from zephon.refs import ObjectInfo
 from zephon.storage.base import Backend
 from zephon.storage.diskcache import DiskCache
 from zephon.storage.gate import AdaptiveConcurrency, CapacityGate
+from zephon.storage.hedge import Hedger
 from zephon.storage.keep import ScanKeep
 from zephon.storage.policy import RetryPolicy, StorageLimits
 from zephon.storage.stats import StorageStats
@@ -65,6 +66,7 @@ class ManagedStorage:
             self.limits.max_requests, min(self.limits.min_requests, self.limits.max_requests)
         )
         self.budget = CapacityGate(self.limits.max_inflight_bytes)
+        self.hedger = Hedger()
         self.keep: ScanKeep | None = None  # a discovery scan's bytes, served before fetching
 
     def __repr__(self) -> str:
@@ -127,7 +129,9 @@ class ManagedStorage:
             data = kept
         else:
             async with self.budget.hold(min(span, self.limits.max_inflight_bytes)):
-                data = await self._retrying(uri, lambda: self._read_once(uri, start, stop, version))
+                data = await self._retrying(
+                    uri, lambda: self._read_once(uri, start, stop, version), hedge_bytes=span
+                )
         if cache is not None:
             assert version is not None
             end = start + len(data) if len(data) < span else None  # a short read ends the object
@@ -190,51 +194,80 @@ class ManagedStorage:
             if token is None:
                 return
 
-    async def _retrying(self, uri: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    async def _retrying(
+        self, uri: str, attempt: Callable[[], Awaitable[T]], hedge_bytes: int | None = None
+    ) -> T:
         """``attempt`` under the retry policy. An endpoint that has never answered gets
-        :data:`UNREACHED_ATTEMPTS` quick attempts when it cannot be reached at all."""
+        :data:`UNREACHED_ATTEMPTS` quick attempts when it cannot be reached at all. With
+        ``hedge_bytes`` (a read of that many bytes), an attempt far slower than recent reads
+        is sent again (:mod:`.hedge`). Throttling is retried for up to the policy's
+        ``throttle_timeout_s`` whatever the number of attempts: a storm of 503 SlowDown is
+        waited out, at the rate the adaptive limit allows."""
         policy = self.retry
         last: TransientStorageError | None = None
-        tried = 0
-        for n in range(policy.max_attempts):
+        throttled_since: float | None = None
+        n = failed = 0
+        while failed < policy.max_attempts:
             if isinstance(last, Unreachable) and not self._reached and n >= UNREACHED_ATTEMPTS:
                 break
             if n:
                 self.stats.retries += 1
-                await asyncio.sleep(policy.delay_s(n - 1))
-            started, tried = time.monotonic(), n + 1
-            async with self.concurrency.gate.hold():
-                try:
-                    async with asyncio.timeout(policy.attempt_timeout_s):
-                        result = await attempt()
-                except TimeoutError:
-                    last = TransientStorageError(
-                        f"attempt timed out after {policy.attempt_timeout_s}s", uri=uri
-                    )
-                    continue
-                except Throttled as exc:
-                    self.stats.throttles += 1
-                    self.concurrency.on_throttle(started)
-                    last = exc
-                    continue
-                except Unreachable as exc:
-                    last = exc
-                    continue
-                except TransientStorageError as exc:
-                    self._reached = True  # it answered, or a connection was made
-                    last = exc
-                    continue
-                except StorageError:
-                    self._reached = True
-                    raise
-            self._reached = True
-            self.concurrency.on_success()
-            self.stats.record(time.monotonic() - started, _size_of(result))
-            return result
+                # Jitter up to 3.2 s at most (by default): a throttled client waits out a storm
+                # in short steps, so it notices its end within seconds.
+                await asyncio.sleep(policy.delay_s(min(n - 1, 6)))
+            started, n = time.monotonic(), n + 1
+            try:
+                return await self._attempt(uri, attempt, hedge_bytes, started)
+            except Throttled as exc:
+                last = exc
+                throttled_since = throttled_since or started
+                if time.monotonic() - throttled_since > policy.throttle_timeout_s:
+                    break
+            except TransientStorageError as exc:  # Unreachable, a timeout, a 5xx, a reset
+                last, failed = exc, failed + 1
         self.stats.failures += 1
         assert last is not None
-        last.add_note(f"zephon: gave up after {tried} attempts")
+        last.add_note(f"zephon: gave up after {n} attempts")
         raise last
+
+    async def _attempt(
+        self,
+        uri: str,
+        attempt: Callable[[], Awaitable[T]],
+        hedge_bytes: int | None,
+        started: float,
+    ) -> T:
+        """One attempt, in a request slot, under the attempt timeout (hedged for a read);
+        its outcome recorded: answered or not, throttled, latency."""
+        timeout_s = self.retry.attempt_timeout_s
+        async with self.concurrency.gate.hold():
+            try:
+                async with asyncio.timeout(timeout_s):
+                    if hedge_bytes is None:
+                        result = await attempt()
+                    else:
+                        result = await self.hedger.run(attempt, hedge_bytes)
+            except TimeoutError:
+                raise TransientStorageError(
+                    f"attempt timed out after {timeout_s}s", uri=uri
+                ) from None
+            except Throttled:
+                self._reached = True
+                self.stats.throttles += 1
+                self.concurrency.on_throttle(started)
+                raise
+            except Unreachable:
+                raise
+            except StorageError:
+                self._reached = True  # it answered, or a connection was made
+                raise
+        self._reached = True
+        self.concurrency.on_success()
+        elapsed = time.monotonic() - started
+        self.stats.record(elapsed, _size_of(result))
+        if hedge_bytes is not None:
+            self.hedger.observe(elapsed, hedge_bytes)
+        return result
 
 
 def _size_of(result: Any) -> int:

@@ -20,12 +20,15 @@ class RetryPolicy:
         base_delay_s: backoff scale.
         max_delay_s: cap of one wait.
         attempt_timeout_s: a single attempt taking longer is abandoned and retried.
+        throttle_timeout_s: throttled attempts (429, 503 SlowDown) do not count against
+            ``max_attempts``; they are retried for this long after the first of them.
     """
 
     max_attempts: int = 10
     base_delay_s: float = 0.05
     max_delay_s: float = 5.0
     attempt_timeout_s: float = 120.0
+    throttle_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -34,6 +37,8 @@ class RetryPolicy:
             raise ValueError("delays must be >= 0")
         if self.attempt_timeout_s <= 0:
             raise ValueError(f"attempt_timeout_s must be > 0, got {self.attempt_timeout_s}")
+        if self.throttle_timeout_s < 0:
+            raise ValueError(f"throttle_timeout_s must be >= 0, got {self.throttle_timeout_s}")
 
     def delay_s(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (0-based)."""

@@ -2,9 +2,11 @@
 
 Each request draws one fault from a seeded generator: a ``503 SlowDown`` answer, a reset
 connection, a truncated body (either cut mid-stream under the full ``Content-Length``, or sent
-whole under a shortened one), or nothing. Unsigned requests can be refused with 403, as a
-private bucket refuses anonymous clients. Bodies are streamed through (the first byte leaves
-as soon as the server sends it); only a request drawn for truncation is buffered. Every
+whole under a shortened one), a stall (the request is accepted and never answered), a body that
+trickles (``trickle_bytes_per_s``), or nothing. ``FaultProxy.faults`` may be replaced while it
+serves: a storm of throttling for a while, then none. Unsigned requests can be refused with
+403, as a private bucket refuses anonymous clients. Bodies are streamed through (the first byte
+leaves as soon as the server sends it); only a request drawn for truncation is buffered. Every
 request can also be delayed. Counts of what was injected are kept in
 :attr:`FaultProxy.injected`, and of what passed through (requests, body bytes) in
 :attr:`FaultProxy.served`. :class:`ProxyProcess` runs one in a child process, so it never
@@ -51,6 +53,9 @@ class Faults:
     latency_s: float = 0.0
     seed: int = 0
     deny_anonymous: bool = False  # answer unsigned requests 403 AccessDenied, as a private bucket
+    stall_rate: float = 0.0  # accepted, then never answered (until the client gives up)
+    trickle_rate: float = 0.0  # GET bodies sent at trickle_bytes_per_s
+    trickle_bytes_per_s: float = 1024.0
 
 
 class FaultProxy:
@@ -103,6 +108,20 @@ class FaultProxy:
             self.served.clear()
         return web.json_response(body)
 
+    def _draw(self, method: str) -> str | None:
+        """The fault for this request (counted in :attr:`injected`), ``None`` for none."""
+        f, draw = self.faults, self._rng.random()
+        for name, rate in (("throttle", f.throttle_rate), ("reset", f.reset_rate),
+                           ("stall", f.stall_rate), ("trickle", f.trickle_rate),
+                           ("truncate", f.truncate_rate)):  # fmt: skip
+            if draw < rate:
+                if name in ("trickle", "truncate") and method != "GET":
+                    return None
+                self.injected[name] += 1
+                return name
+            draw -= rate
+        return None
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         f = self.faults
         self.served["requests"] += 1
@@ -112,18 +131,16 @@ class FaultProxy:
         if f.deny_anonymous and not signed:
             self.injected["denied"] += 1
             return web.Response(status=403, body=_DENIED, content_type="application/xml")
-        draw = self._rng.random()
-        if draw < f.throttle_rate:
-            self.injected["throttle"] += 1
+        fault = self._draw(request.method)
+        if fault == "throttle":
             return web.Response(status=503, body=_SLOWDOWN, content_type="application/xml")
-        draw -= f.throttle_rate
-        if draw < f.reset_rate:
-            self.injected["reset"] += 1
+        if fault == "reset":
             assert request.transport is not None
             request.transport.abort()
             raise asyncio.CancelledError  # nothing more is sent on an aborted connection
-        draw -= f.reset_rate
-        truncate = draw < f.truncate_rate and request.method == "GET"
+        if fault == "stall":
+            await asyncio.Event().wait()  # cancelled when the client goes or the proxy stops
+        trickle, truncate = fault == "trickle", fault == "truncate"
 
         assert self._session is not None  # opened on startup
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
@@ -140,7 +157,8 @@ class FaultProxy:
                     resp.headers.add(key, value)
             declared = upstream.headers.get("Content-Length")
             if not truncate and declared is not None:  # stream: latency, not buffering
-                return await _stream(request, resp, upstream, int(declared), self.served)
+                rate = f.trickle_bytes_per_s if trickle else None
+                return await _stream(request, resp, upstream, int(declared), self.served, rate)
             body = await upstream.read()
             length = int(declared) if declared is not None else len(body)
             if truncate and len(body) > 1:
@@ -165,18 +183,25 @@ class FaultProxy:
 
 
 async def _stream(
-    request: web.Request, resp: web.StreamResponse, upstream: aiohttp.ClientResponse, size: int,
+    request: web.Request,
+    resp: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    size: int,
     served: Counter[str],
-) -> web.StreamResponse:  # fmt: skip
+    trickle_bytes_per_s: float | None = None,
+) -> web.StreamResponse:
     """Send ``upstream``'s body on as it arrives (until the client goes away: a reader that
-    stopped early)."""
+    stopped early), or at ``trickle_bytes_per_s``."""
     resp.content_length = size
+    step = 256 if trickle_bytes_per_s else 1 << 16
     try:
         await resp.prepare(request)
         if request.method != "HEAD":
-            async for piece in upstream.content.iter_chunked(1 << 16):
+            async for piece in upstream.content.iter_chunked(step):
                 served["bytes"] += len(piece)
                 await resp.write(piece)
+                if trickle_bytes_per_s:
+                    await asyncio.sleep(len(piece) / trickle_bytes_per_s)
     except ConnectionError:
         return resp
     await resp.write_eof()
