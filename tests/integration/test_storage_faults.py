@@ -261,7 +261,7 @@ async def test_stalled_and_trickling_reads_are_hedged_and_nothing_hangs(
         options = s3_endpoint.storage_options(proxy.url)
         async with open_storage("s3://", options, limits=StorageLimits(max_requests=16)) as st:
             got = []
-            for wave in range(3):  # later waves hedge by the latency the earlier ones showed
+            for _wave in range(3):  # later waves hedge by the latency the earlier ones showed
                 got += await asyncio.gather(*(st.read(u, 0, len(d)) for u, d in objects.items()))
         injected = proxy.injected
     assert got == list(objects.values()) * 3
