@@ -119,7 +119,9 @@ def parse_litdata_index(data: bytes) -> tuple[list[tuple[str, int, int]], dict[s
         chunks = [(str(c["filename"]), int(c["chunk_size"]), int(c.get("chunk_bytes") or 0))
                   for c in obj["chunks"]]  # fmt: skip
         data_format = list(config["data_format"])
-    except (KeyError, TypeError, ValueError) as exc:
+        if not isinstance(config, dict) or not all(isinstance(f, str) for f in data_format):
+            raise TypeError("config and data_format must be an object and strings")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"not a LitData index.json ({type(exc).__name__}: {exc})") from None
     compression = config.get("compression")
     if compression and str(compression).split(":", 1)[0] not in LITDATA_CODECS:
@@ -223,7 +225,7 @@ class LitDataCodec:
         self._inflated = Inflated()
         try:
             self._setup()
-        except (ValueError, KeyError, IndexError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise FormatError(str(exc), dataset=dataset) from None
 
     def _setup(self) -> None:

@@ -60,6 +60,13 @@ class MdsShardSpec:
             self.basename: str = entry["zip_data"]["basename"]
         else:
             self.basename = entry["raw_data"]["basename"]
+        texts = [self.basename, *self.column_names, *self.column_encodings]
+        if not all(isinstance(t, str) for t in texts) or len(
+            {len(self.column_names), len(self.column_encodings), len(self.column_sizes)}
+        ) != 1:
+            raise TypeError("names and encodings must be strings, one of each per column")
+        if self.compression is not None and not isinstance(self.compression, str):
+            raise TypeError("compression must be a string")
 
 
 def parse_mds_index(data: bytes) -> list[MdsShardSpec]:
@@ -70,17 +77,21 @@ def parse_mds_index(data: bytes) -> list[MdsShardSpec]:
         if obj.get("version") != 2 or not isinstance(shards, list):
             raise ValueError(f"MDS index version {obj.get('version')!r}, expected 2")
         return [MdsShardSpec(entry) for entry in shards]
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError, json.JSONDecodeError) as exc:
+        # a field of the wrong JSON type, found where it is used
         raise ValueError(f"not an MDS index.json ({type(exc).__name__}: {exc})") from None
 
 
 def _ndarray(spec: str) -> Callable[[memoryview], Any]:
     parts = spec.split(":")[1:]
     try:  # checked here, when the codec is built, so a bad index fails at discovery
+        # numpy parses some dtype strings as Python (SyntaxError); only plain numbers allowed
         fixed_dtype = np.dtype(parts[0]) if parts and parts[0] else None
         fixed_shape = tuple(int(d) for d in parts[1].split(",")) if len(parts) > 1 else None
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"unsupported MDS encoding {spec!r} ({exc})") from None
+    except Exception as exc:
+        raise ValueError(f"unsupported MDS encoding {spec!r} ({type(exc).__name__})") from None
+    if fixed_dtype is not None and (fixed_dtype.kind not in "biufc" or fixed_dtype.fields):
+        raise ValueError(f"unsupported MDS encoding {spec!r} (not a numeric dtype)")
 
     def decode(data: memoryview) -> Any:
         pos = 0
