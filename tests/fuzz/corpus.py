@@ -37,9 +37,15 @@ def _jpegs() -> list[bytes]:
 
     out = []
     rng = np.random.default_rng(0)
-    for i, (mode, options) in enumerate([("RGB", {}), ("RGB", {"progressive": True}),
-                                         ("L", {}), ("RGB", {"subsampling": 0}),
-                                         ("RGB", {"subsampling": 1, "quality": 50})]):  # fmt: skip
+    for i, (mode, options) in enumerate(
+        [
+            ("RGB", {}),
+            ("RGB", {"progressive": True}),
+            ("L", {}),
+            ("RGB", {"subsampling": 0}),
+            ("RGB", {"subsampling": 1, "quality": 50}),
+        ]
+    ):
         pixels = rng.integers(0, 255, (40 + 8 * i, 56 + 4 * i, 3), dtype=np.uint8)
         buf = io.BytesIO()
         Image.fromarray(pixels).convert(mode).save(buf, "JPEG", **options)
@@ -50,8 +56,10 @@ def _jpegs() -> list[bytes]:
 
 def _tars() -> list[bytes]:
     out = []
-    for members in ([("0.txt", b"a"), ("0.json", b"{}"), ("1.txt", b"b")],
-                    [("dir/" + "n" * 120 + ".txt", b"long name"), ("x.cls", b"3")]):  # fmt: skip
+    for members in (
+        [("0.txt", b"a"), ("0.json", b"{}"), ("1.txt", b"b")],
+        [("dir/" + "n" * 120 + ".txt", b"long name"), ("x.cls", b"3")],
+    ):
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for name, data in members:
@@ -67,8 +75,13 @@ def _parquet() -> list[bytes]:
     import pyarrow.parquet as pq
 
     out = []
-    table = pa.table({"id": list(range(50)), "text": [f"row {i}" for i in range(50)],
-                      "v": [[i, i + 1] for i in range(50)]})  # fmt: skip
+    table = pa.table(
+        {
+            "id": list(range(50)),
+            "text": [f"row {i}" for i in range(50)],
+            "v": [[i, i + 1] for i in range(50)],
+        }
+    )
     for options in ({}, {"compression": "zstd"}, {"use_dictionary": False, "row_group_size": 20}):
         buf = io.BytesIO()
         pq.write_table(table, buf, **options)
@@ -77,9 +90,13 @@ def _parquet() -> list[bytes]:
 
 
 def _chats() -> list[bytes]:
-    turns = [{"role": "system", "content": "terse"}, {"role": "user", "content": "2+2?"},
-             {"role": "assistant", "content": "4"}, {"role": "user", "content": "\ue000x\ue001"},
-             {"role": "assistant", "content": "no"}]  # fmt: skip
+    turns = [
+        {"role": "system", "content": "terse"},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "\ue000x\ue001"},
+        {"role": "assistant", "content": "no"},
+    ]
     return [json.dumps({"messages": turns}).encode(), json.dumps(turns[:3]).encode()]
 
 

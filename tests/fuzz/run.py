@@ -28,10 +28,20 @@ def fuzz(target: str, seconds: int, keep: bool) -> int:
     with tempfile.TemporaryDirectory() as work:
         found = Path(work) / "found"
         found.mkdir()
-        argv = [sys.executable, "-m", "tests.fuzz.run", "--child", target,
-                f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=3072",
-                f"-artifact_prefix={work}/", "-print_final_stats=1", str(found),
-                str(corpus.CORPUS / target)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.fuzz.run",
+            "--child",
+            target,
+            f"-max_total_time={seconds}",
+            "-timeout=10",
+            "-rss_limit_mb=3072",
+            f"-artifact_prefix={work}/",
+            "-print_final_stats=1",
+            str(found),
+            str(corpus.CORPUS / target),
+        ]
         started = time.monotonic()
         run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
         stats = [line for line in run.stderr.splitlines() if line.startswith("stat::")]
@@ -46,8 +56,10 @@ def fuzz(target: str, seconds: int, keep: bool) -> int:
             for path in found.iterdir():
                 corpus.add(target, path.read_bytes(), prefix="found")
         took = time.monotonic() - started
-        print(f"{target}: {execs} inputs in {took:.0f} s, {len(list(found.iterdir()))} new "
-              f"inputs reached new code, exit {run.returncode}")  # fmt: skip
+        print(
+            f"{target}: {execs} inputs in {took:.0f} s, {len(list(found.iterdir()))} new "
+            f"inputs reached new code, exit {run.returncode}"
+        )
         if run.returncode and not crashes:
             print(run.stderr[-3000:])
         return run.returncode

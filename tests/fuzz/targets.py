@@ -9,6 +9,7 @@ corpus file, in the suite).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from functools import cache
@@ -43,12 +44,10 @@ def jsonl_lines(data: bytes) -> None:
         indexer.feed(data[at : at + 4096])
     index = RecordIndex(indexer.finish())
     shard = _shard("a.jsonl", index.num_samples, data)
-    try:
+    with contextlib.suppress(FormatError):
         jsonl.JsonlCodec("fuzz").decode(
             shard, index, Blob([(0, data)]), _samples(shard.num_samples)
         )
-    except FormatError:
-        pass
 
 
 def parquet_footer(data: bytes) -> None:
@@ -68,12 +67,10 @@ def parquet_file(data: bytes) -> None:
     except ValueError:
         return
     shard = _shard("a.parquet", index.num_samples, data)
-    try:
+    with contextlib.suppress(FormatError):
         parquet.ParquetCodec("fuzz").decode(
             shard, index, Blob([(0, data)]), _samples(index.num_samples)
         )
-    except FormatError:
-        pass
 
 
 def tar_headers(data: bytes) -> None:
@@ -89,11 +86,10 @@ def tar_headers(data: bytes) -> None:
     if index.offsets[-1] > len(data):
         return  # discovery refuses such a tar (a member past the end): "tar stream ends"
     shard = _shard("a.tar", index.num_samples, data)
-    try:
-        webdataset.WebDatasetCodec("fuzz").decode(shard, index, Blob([(0, data)]),
-                                                  _samples(index.num_samples))  # fmt: skip
-    except FormatError:
-        pass
+    with contextlib.suppress(FormatError):
+        webdataset.WebDatasetCodec("fuzz").decode(
+            shard, index, Blob([(0, data)]), _samples(index.num_samples)
+        )
 
 
 def mds_index(data: bytes) -> None:
@@ -119,8 +115,11 @@ def litdata_index(data: bytes) -> None:
 def _mds_codec() -> tuple[Any, int]:
     specs = mds.parse_mds_index((FIXTURES / "mds" / "index.json").read_bytes())
     s = specs[0]
-    codec = mds.MdsCodec("fuzz", {"fuzz/shard.mds": (s.column_names, s.column_encodings,
-                                                     s.column_sizes)}, allow_pickle=False)  # fmt: skip
+    codec = mds.MdsCodec(
+        "fuzz",
+        {"fuzz/shard.mds": (s.column_names, s.column_encodings, s.column_sizes)},
+        allow_pickle=False,
+    )
     return codec, s.num_samples
 
 
@@ -149,10 +148,8 @@ def _records(codec: Any, name: str, n: int, data: bytes) -> None:
         index = records.parse_offsets_header(data, n, len(data))
     except ValueError:
         return
-    try:
+    with contextlib.suppress(FormatError):
         codec.decode(_shard(name, n, data), index, Blob([(0, data)]), _samples(n))
-    except FormatError:
-        pass
 
 
 def jpeg(data: bytes) -> None:
@@ -169,14 +166,10 @@ def jpeg(data: bytes) -> None:
             for gray, scale in ((False, 1), (True, 2), (False, 8)):
                 h, w = -(-height // scale), -(-width // scale)
                 for box in ((0, 0, h, w), (h // 3, w // 4, max(1, h // 2), max(1, w // 2))):
-                    try:
+                    with contextlib.suppress(ValueError, NotImplementedError):
                         binding.decode_region(data, gray, scale, box)
-                    except (ValueError, NotImplementedError):
-                        pass
-    try:
+    with contextlib.suppress(FormatError):
         DecodeImage("jpg", max_pixels=4_000_000)({"jpg": data})
-    except FormatError:
-        pass
 
 
 @cache
@@ -187,9 +180,14 @@ def _chat() -> Any:
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(["user assistant system hello"] * 10, trainers.BpeTrainer(
-        vocab_size=280, special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    tok.train_from_iterator(
+        ["user assistant system hello"] * 10,
+        trainers.BpeTrainer(
+            vocab_size=280,
+            special_tokens=["<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     template = (
         "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
         "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] + '<|im_end|>' }}"

@@ -41,8 +41,13 @@ def test_every_corpus_input_parses_or_raises_what_its_parser_documents(target: s
     """In a child process: a native crash (pyarrow, libjpeg) is reported, not the end of
     the test run."""
     assert corpus.files(target), f"no corpus for {target}: run python -m tests.fuzz.corpus"
-    run = subprocess.run([sys.executable, "-c", RUN_CORPUS, target], cwd=ROOT,
-                         capture_output=True, text=True, timeout=280)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", RUN_CORPUS, target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert int(run.stdout.split()[-1]) == len(corpus.files(target))
 
@@ -50,8 +55,13 @@ def test_every_corpus_input_parses_or_raises_what_its_parser_documents(target: s
 @pytest.mark.timeout(600)
 def test_a_short_coverage_guided_run_of_every_target_finds_nothing() -> None:
     pytest.importorskip("atheris")
-    run = subprocess.run([sys.executable, "-m", "tests.fuzz.run", "all", "--seconds", "3"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=580)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.run", "all", "--seconds", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=580,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.stdout.count("inputs in") == len(TARGETS)
 
@@ -82,25 +92,49 @@ def test_the_jpeg_binding_under_address_and_undefined_behaviour_sanitizers(
     gcc = shutil.which("gcc")
     if gcc is None or importlib.util.find_spec("zephon._jpeg") is None:
         pytest.skip("needs gcc and libjpeg-turbo's headers (the binding is built)")
-    asan = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
+    asan = subprocess.run(
+        [gcc, "-print-file-name=libasan.so"], capture_output=True, text=True
+    ).stdout.strip()
     if not Path(asan).is_file():
         pytest.skip("gcc has no AddressSanitizer runtime here")
     module = tmp_path / f"_jpeg{sysconfig.get_config_var('EXT_SUFFIX')}"
     include = sysconfig.get_paths()["include"]
     build = subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
-         "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-         f"-I{include}", str(ROOT / "src/zephon/_jpeg.c"), "-ljpeg", "-o", str(module)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            gcc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            f"-I{include}",
+            str(ROOT / "src/zephon/_jpeg.c"),
+            "-ljpeg",
+            "-o",
+            str(module),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stderr[-3000:]
-    env = {**os.environ, "LD_PRELOAD": asan, "PYTHONPATH": str(ROOT),
-           # Python's own allocations are not ours to judge; leaks at exit neither.
-           "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
-           "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
-           "PYTHONMALLOC": "malloc"}  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", SANITIZED_RUN, str(module)], cwd=ROOT,
-                         capture_output=True, text=True, env=env, timeout=280)  # fmt: skip
+    env = {
+        **os.environ,
+        "LD_PRELOAD": asan,
+        "PYTHONPATH": str(ROOT),
+        # Python's own allocations are not ours to judge; leaks at exit neither.
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+        "PYTHONMALLOC": "malloc",
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", SANITIZED_RUN, str(module)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=280,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.stdout.strip() == f"ran {len(corpus.files('jpeg'))}"
