@@ -230,3 +230,13 @@ def _slow_to_start() -> SlowToStart:
         print("ready", flush=True)
         time.sleep(3.0)  # an import that takes long, not a wait for anything
     return SlowToStart()
+
+
+def picture_or_sigkill_on_300(sample: dict[str, Any]) -> dict[str, Any]:
+    """A picture, except that sample 300 kills its worker as the out-of-memory killer does."""
+    import os
+    import signal
+
+    if sample["id"] == 300:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return picture(sample)

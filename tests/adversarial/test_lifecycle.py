@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests import pipeline_fns as fns
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PRELUDE = """
@@ -423,6 +425,33 @@ def test_ctrl_c_with_the_process_engine_prints_one_traceback(data: Path, when: s
     for noise in ("EOFError", "UnpicklingError", "Unclosed client session"):
         assert noise not in err, err[-3000:]
     assert _gone_within(child.pid, 15.0) == []
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+@pytest.mark.parametrize("engine", ["thread", "process"])
+def test_a_worker_killed_outright_leaves_nothing_and_the_next_run_is_healthy(
+    data: Path, engine: str
+) -> None:
+    """One worker SIGKILLed mid-run (the out-of-memory killer picks the largest process):
+    ``WorkerCrashed``; then no segment of the run in ``/dev/shm``, no process left, and a
+    new pipeline in the same process runs to the end."""
+    import multiprocessing
+
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource, WorkerCrashed
+
+    before = set(os.listdir("/dev/shm"))
+    ds = Dataset.from_path("a", str(data))
+
+    def pipe(fn: Any) -> Pipeline:
+        ws = StaticMixtureWorkSource([ds], seed=1, shuffle="none", stop_after_passes=1)
+        return Pipeline(ws, rank=0, world_size=1, engine=engine).map(fn, processes=2)
+
+    with pytest.raises(WorkerCrashed):
+        for _ in pipe(fns.picture_or_sigkill_on_300):
+            pass
+    assert multiprocessing.active_children() == []
+    assert {n for n in os.listdir("/dev/shm") if n.startswith("zph")} - before == set()
+    assert sum(1 for _ in pipe(fns.picture)) == ds.num_samples
 
 
 def _trackers_of(pids: list[int]) -> list[int]:
