@@ -152,3 +152,43 @@ def test_an_mds_index_declaring_too_few_raw_bytes_is_a_format_error(tmp_path: Pa
     ds = Dataset.from_path("m", str(_mds_copy(tmp_path, raw_bytes=100)), index_cache=False)
     with pytest.raises(FormatError, match="past 100 bytes"):
         list(Pipeline(StaticMixtureWorkSource([ds], seed=1), rank=0, world_size=1))
+
+
+def _png(width: int, height: int, idat: bytes) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grey
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
+
+
+def test_a_png_declaring_a_huge_image_is_refused_before_inflating() -> None:
+    """A few kilobytes declaring 10,000 x 10,000 pixels (Pillow refuses past twice that)."""
+    import zlib
+
+    idat = zlib.compress(b"\0" * (1 << 20), 9)  # the start of the rows: a tiny file
+    bomb = _png(10_000, 10_000, idat)
+    assert len(bomb) < 5_000
+    with pytest.raises(FormatError, match="over max_pixels"):
+        DecodeImage("img")({"img": bomb})
+
+
+def test_a_png_whose_data_inflates_past_its_size_gives_the_declared_image_or_an_error() -> None:
+    """The rows Pillow inflates are bounded by the header's size, whatever the zlib stream
+    holds beyond them."""
+    import zlib
+
+    rows = b"".join(b"\0" + bytes([i % 256]) * 64 for i in range(64))
+    bomb = _png(64, 64, zlib.compress(rows + b"\0" * (64 << 20), 9))  # 64 MB more than needed
+    try:
+        image = DecodeImage("img", mode="L")({"img": bomb})["img"]
+    except FormatError:
+        return
+    assert image.shape == (64, 64)
