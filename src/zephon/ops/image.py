@@ -28,6 +28,7 @@ import functools
 import hashlib
 import io
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -94,7 +95,10 @@ def _decode(
         from PIL import Image
     except ImportError:
         raise ConfigError("decoding this image needs Pillow: pip install zephon[images]") from None
-    with Image.open(io.BytesIO(data)) as img:
+    with warnings.catch_warnings():  # Pillow's size warning: max_pixels says it (or not)
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        img = Image.open(io.BytesIO(data))
+    with img:
         check_pixels(*img.size, max_pixels)
         if img.format == "JPEG":
             check_scans(data, *img.size, max_pixels)
