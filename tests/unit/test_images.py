@@ -350,3 +350,26 @@ def test_the_binding_is_built_wherever_libjpeg_turbo_headers_are() -> None:
     if not any((Path(root) / "jpeglib.h").exists() for root in roots):
         pytest.skip("no libjpeg headers on this machine")
     assert jpeg.available()
+
+
+def test_random_steps_take_the_work_sources_seed_unless_given_one(tmp_path: Path) -> None:
+    """A new seed reorders the data and draws new crops and flips (the steps' seed once
+    defaulted to 0, repeating the same crops); a given seed is kept."""
+    _tars(tmp_path / "tars")
+    ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
+
+    def crops(source_seed: int, **step_seed: int) -> dict[str, bytes]:
+        ws = StaticMixtureWorkSource([ds], seed=source_seed, stop_after_passes=1)
+        pipe = (
+            Pipeline(ws, rank=0, world_size=1)
+            .decode_image("jpg")
+            .random_resized_crop(32, **step_seed)
+            .flip(**step_seed)
+        )
+        return {s["__key__"]: s["jpg"].tobytes() for s in pipe}
+
+    one, two = crops(1), crops(2)
+    assert one.keys() == two.keys()
+    assert sum(one[k] != two[k] for k in one) > len(one) // 2
+    assert crops(1, seed=7) == crops(2, seed=7)  # the step's own seed, whatever the source's
+    assert crops(5) == crops(5)

@@ -107,20 +107,23 @@ class ImageSteps:
     def random_resized_crop(
         self, size: int | tuple[int, int], field: str | None = None, *,
         scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        seed: int = 0, backend: str = "auto", processes: int | None = None,
+        seed: int | None = None, backend: str = "auto", processes: int | None = None,
         executor: Any = None,
     ) -> Self:  # fmt: skip
         """A crop of random area and aspect ratio resized to ``size`` (as :meth:`resize`, by
         ``backend``), drawn from a generator keyed by the sample (``__key__``, ``id`` or
-        provenance), the pass it was drawn in (:func:`zephon.sample_pass`) and ``seed``:
-        identical in any process and after a restore, another in each pass."""
+        provenance), the pass it was drawn in (:func:`zephon.sample_pass`) and ``seed`` (the
+        work source's unless given): identical in any process and after a restore, another
+        in each pass and for each seed."""
+        seed = self.spec.source.seed if seed is None else seed
         op = image.RandomResizedCrop(size, self._field(field), scale, ratio, seed, backend)
         return self._image_step(op, processes, executor)
 
-    def flip(self, field: str | None = None, p: float = 0.5, *, seed: int = 0,
+    def flip(self, field: str | None = None, p: float = 0.5, *, seed: int | None = None,
              processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
         """A horizontal flip with probability ``p``, keyed by the sample, its pass and
-        ``seed``."""
+        ``seed`` (the work source's unless given)."""
+        seed = self.spec.source.seed if seed is None else seed
         return self._image_step(image.Flip(self._field(field), p, seed), processes, executor)
 
     def to_chw(self, field: str | None = None, *, processes: int | None = None,
