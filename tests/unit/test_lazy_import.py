@@ -4,6 +4,7 @@ on the CPU the first batch needs)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -36,3 +37,25 @@ def test_the_public_names_resolve_on_first_use() -> None:
     assert zephon.pipeline.Pipeline is PipelineClass
     with pytest.raises(AttributeError, match="no attribute 'Datasets'"):
         _ = zephon.Datasets  # type: ignore[attr-defined]
+
+
+def test_a_pipeline_without_rank_does_not_import_torch() -> None:
+    """Its rank comes from torch.distributed only where the script imported torch (a process
+    group needs it), else from RANK/WORLD_SIZE: importing torch to ask cost 3-6 s."""
+    code = (
+        "import os, sys\n"
+        "from zephon import Dataset, Pipeline, StaticMixtureWorkSource\n"
+        "ds = Dataset.from_records('a', [{'id': i} for i in range(10)], samples_per_shard=5)\n"
+        "pipe = Pipeline(StaticMixtureWorkSource([ds]))\n"
+        "print(len(list(pipe)), pipe.spec.rank, pipe.spec.world_size, 'torch' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split() == ["10", "0", "1", "False"]
+    env = {**env, "RANK": "1", "WORLD_SIZE": "2"}
+    ranked = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert ranked.stdout.split()[1:] == ["1", "2", "False"]
