@@ -346,12 +346,7 @@ def test_a_script_killed_outright_leaves_no_process_behind(data: Path, engine: s
         "        if i == 10:\n"
         "            print('ready', flush=True)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with subprocess.Popen([sys.executable, "-c", script, str(data)], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
-                          start_new_session=True) as child:  # fmt: skip
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
+    with _ready_script(script, data, stderr=False) as child:
         child.send_signal(signal.SIGKILL)  # the script alone, as the kernel would
         child.wait(timeout=30)
         left = _gone_within(child.pid, 15.0)
@@ -376,12 +371,7 @@ def test_a_process_group_killed_outright_leaves_no_shared_memory(data: Path, eng
         "            print('ready', flush=True)\n"
     )
     before = set(os.listdir("/dev/shm"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with subprocess.Popen([sys.executable, "-c", script, str(data)], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
-                          start_new_session=True) as child:  # fmt: skip
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
+    with _ready_script(script, data, stderr=False) as child:
         trackers = _trackers_of(_live_in_group(child.pid))
         made = set(os.listdir("/dev/shm")) - before
         os.killpg(child.pid, signal.SIGKILL)
@@ -411,12 +401,7 @@ def test_ctrl_c_with_the_process_engine_prints_one_traceback(data: Path, when: s
         "    for x in it:\n"
         "        pass\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with subprocess.Popen([sys.executable, "-c", script, str(data)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                          start_new_session=True) as child:  # fmt: skip
-        assert child.stdout is not None and child.stderr is not None
-        assert child.stdout.readline().strip() == "ready"
+    with _ready_script(script, data, stderr=True) as child:
         os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         err = child.stderr.read()
         child.wait(timeout=60)
@@ -452,6 +437,20 @@ def test_a_worker_killed_outright_leaves_nothing_and_the_next_run_is_healthy(
     assert multiprocessing.active_children() == []
     assert {n for n in os.listdir("/dev/shm") if n.startswith("zph")} - before == set()
     assert sum(1 for _ in pipe(fns.picture)) == ds.num_samples
+
+
+@contextlib.contextmanager
+def _ready_script(script: str, data: Path, stderr: bool = False) -> Any:
+    """``script`` run on ``data`` in a session of its own (its own process group), once it
+    has printed ``ready``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    err = subprocess.PIPE if stderr else subprocess.DEVNULL
+    argv = [sys.executable, "-c", script, str(data)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                          cwd=ROOT, start_new_session=True) as child:  # fmt: skip
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        yield child
 
 
 def _trackers_of(pids: list[int]) -> list[int]:

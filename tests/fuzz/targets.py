@@ -37,17 +37,24 @@ def _samples(n: int) -> range:
     return range(min(n, MAX_SAMPLES))
 
 
+def _decode(codec: Any, name: str, index: Any, data: bytes) -> None:
+    """Every sample (up to :data:`MAX_SAMPLES`) of a shard of ``data`` decoded by ``codec``;
+    a ``FormatError`` is what a codec may raise."""
+    shard = _shard(name, index.num_samples, data)
+    with contextlib.suppress(FormatError):
+        codec.decode(shard, index, Blob([(0, data)]), _samples(index.num_samples))
+
+
+def _scan(indexer: Any, data: bytes) -> None:
+    for at in range(0, len(data), 4096):  # fed in pieces, as a discovery scan does
+        indexer.feed(data[at : at + 4096])
+
+
 def jsonl_lines(data: bytes) -> None:
     """Line indexing and decoding of a JSONL shard."""
     indexer = jsonl.LineIndexer()
-    for at in range(0, len(data), 4096):  # fed in pieces, as a scan does
-        indexer.feed(data[at : at + 4096])
-    index = RecordIndex(indexer.finish())
-    shard = _shard("a.jsonl", index.num_samples, data)
-    with contextlib.suppress(FormatError):
-        jsonl.JsonlCodec("fuzz").decode(
-            shard, index, Blob([(0, data)]), _samples(shard.num_samples)
-        )
+    _scan(indexer, data)
+    _decode(jsonl.JsonlCodec("fuzz"), "a.jsonl", RecordIndex(indexer.finish()), data)
 
 
 def parquet_footer(data: bytes) -> None:
@@ -66,30 +73,21 @@ def parquet_file(data: bytes) -> None:
         index = parquet.index_from_footer(data[len(data) - need :], len(data), None)
     except ValueError:
         return
-    shard = _shard("a.parquet", index.num_samples, data)
-    with contextlib.suppress(FormatError):
-        parquet.ParquetCodec("fuzz").decode(
-            shard, index, Blob([(0, data)]), _samples(index.num_samples)
-        )
+    _decode(parquet.ParquetCodec("fuzz"), "a.parquet", index, data)
 
 
 def tar_headers(data: bytes) -> None:
     """A WebDataset tar: the header scan, then every sample's members."""
     indexer = webdataset.TarIndexer()
     try:
-        for at in range(0, len(data), 4096):
-            indexer.feed(data[at : at + 4096])
+        _scan(indexer, data)
         indexer.finish()
     except ValueError:
         return
     index = RecordIndex(webdataset.sample_offsets(indexer.members, len(data)))
     if index.offsets[-1] > len(data):
         return  # discovery refuses such a tar (a member past the end): "tar stream ends"
-    shard = _shard("a.tar", index.num_samples, data)
-    with contextlib.suppress(FormatError):
-        webdataset.WebDatasetCodec("fuzz").decode(
-            shard, index, Blob([(0, data)]), _samples(index.num_samples)
-        )
+    _decode(webdataset.WebDatasetCodec("fuzz"), "a.tar", index, data)
 
 
 def mds_index(data: bytes) -> None:
@@ -148,8 +146,7 @@ def _records(codec: Any, name: str, n: int, data: bytes) -> None:
         index = records.parse_offsets_header(data, n, len(data))
     except ValueError:
         return
-    with contextlib.suppress(FormatError):
-        codec.decode(_shard(name, n, data), index, Blob([(0, data)]), _samples(n))
+    _decode(codec, name, index, data)
 
 
 def jpeg(data: bytes) -> None:
