@@ -356,3 +356,14 @@ def test_compressed_tars_and_unknown_files_say_what_is_readable(tmp_path: Path) 
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(FormatError, match=r"\.vortex, a \.lance directory, or an index.json"):
         Dataset.from_path("t", str(tmp_path))
+
+
+def test_python_dash_m_zephon_is_the_command() -> None:
+    import subprocess
+    import sys
+
+    import zephon
+
+    argv = [sys.executable, "-m", "zephon", "--version"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == f"zephon {zephon.__version__}"
