@@ -16,7 +16,7 @@ LAYERS = {
     "plan": 3, "engine": 3,
     "ops": 4,
     "pipeline": 5, "torch": 5,
-    "cli": 6, "testing": 6,
+    "cli": 6, "testing": 6, "__main__": 6,
 }  # fmt: skip
 
 
