@@ -131,3 +131,15 @@ def test_an_index_declaring_2_to_the_40_samples_in_a_small_shard(
     assert "'counts'" in str(caught.value) and index[key][0].get("filename", "") in str(
         caught.value
     )
+
+
+def test_a_tar_member_declaring_a_terabyte_is_refused_at_discovery(tmp_path: Path) -> None:
+    """Its data is skipped, never read or kept: the scan ends inside it, which is an error."""
+    root = tmp_path / "wds"
+    root.mkdir()
+    member = tarfile.TarInfo("0000.jpg")
+    member.size = 1 << 40
+    (root / "a.tar").write_bytes(member.tobuf(tarfile.GNU_FORMAT) + bytes(1 << 20))
+    with pytest.raises(FormatError, match="ends inside a member") as caught:
+        Dataset.from_path("tars", str(root), index_cache=False)
+    assert "a.tar" in str(caught.value)
