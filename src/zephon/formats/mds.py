@@ -61,9 +61,11 @@ class MdsShardSpec:
         else:
             self.basename = entry["raw_data"]["basename"]
         texts = [self.basename, *self.column_names, *self.column_encodings]
-        if not all(isinstance(t, str) for t in texts) or len(
-            {len(self.column_names), len(self.column_encodings), len(self.column_sizes)}
-        ) != 1:
+        if (
+            not all(isinstance(t, str) for t in texts)
+            or len({len(self.column_names), len(self.column_encodings), len(self.column_sizes)})
+            != 1
+        ):
             raise TypeError("names and encodings must be strings, one of each per column")
         if self.compression is not None and not isinstance(self.compression, str):
             raise TypeError("compression must be a string")
