@@ -72,10 +72,12 @@ class FaultProxy:
         self.served: Counter[str] = Counter()  # requests and body bytes passed through
         self._rng = random.Random(faults.seed)
         self._session: aiohttp.ClientSession | None = None
+        self._stopping: asyncio.Event | None = None
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("GET", "/__proxy__/stats", self._stats)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         app.on_startup.append(self._open_session)
+        app.on_shutdown.append(self._release_stalls)
         app.on_cleanup.append(self._close_session)
         self._server = AppServer(app)
         self.url = ""
@@ -97,6 +99,13 @@ class FaultProxy:
         """The upstream session, opened with the server (one opened by a request arriving
         during shutdown, after ``_close_session``, would never be closed)."""
         self._session = aiohttp.ClientSession(auto_decompress=False)
+        self._stopping = asyncio.Event()
+
+    async def _release_stalls(self, app: web.Application) -> None:
+        """Stalled requests end (their connections reset) when the proxy stops: aiohttp would
+        wait a minute for them."""
+        if self._stopping is not None:
+            self._stopping.set()
 
     async def _close_session(self, app: web.Application) -> None:
         if self._session is not None:
@@ -139,7 +148,11 @@ class FaultProxy:
             request.transport.abort()
             raise asyncio.CancelledError  # nothing more is sent on an aborted connection
         if fault == "stall":
-            await asyncio.Event().wait()  # cancelled when the client goes or the proxy stops
+            assert self._stopping is not None  # made on startup
+            await self._stopping.wait()  # until the proxy stops: then a reset, never an answer
+            assert request.transport is not None
+            request.transport.abort()
+            raise asyncio.CancelledError
         trickle, truncate = fault == "trickle", fault == "truncate"
 
         assert self._session is not None  # opened on startup
