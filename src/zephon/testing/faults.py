@@ -131,6 +131,13 @@ class FaultProxy:
             draw -= rate
         return None
 
+    async def _stall(self, request: web.Request) -> None:
+        """Never answer: until the proxy stops, then reset the connection."""
+        assert self._stopping is not None and request.transport is not None  # on startup
+        await self._stopping.wait()
+        request.transport.abort()
+        raise asyncio.CancelledError
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         f = self.faults
         self.served["requests"] += 1
@@ -148,11 +155,7 @@ class FaultProxy:
             request.transport.abort()
             raise asyncio.CancelledError  # nothing more is sent on an aborted connection
         if fault == "stall":
-            assert self._stopping is not None  # made on startup
-            await self._stopping.wait()  # until the proxy stops: then a reset, never an answer
-            assert request.transport is not None
-            request.transport.abort()
-            raise asyncio.CancelledError
+            await self._stall(request)
         trickle, truncate = fault == "trickle", fault == "truncate"
 
         assert self._session is not None  # opened on startup
