@@ -367,3 +367,10 @@ def test_python_dash_m_zephon_is_the_command() -> None:
     argv = [sys.executable, "-m", "zephon", "--version"]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and run.stdout.strip() == f"zephon {zephon.__version__}"
+
+
+def test_a_missing_file_is_named_as_given(tmp_path: Path) -> None:
+    with pytest.raises(NotFound, match=r"no such file or directory: .*missing\.jsonl \["):
+        Dataset.from_path("x", str(tmp_path / "missing.jsonl"))
+    with pytest.raises(NotFound, match=r"no such file or directory: .*nodir \["):
+        Dataset.from_path("x", str(tmp_path / "nodir") + "/")

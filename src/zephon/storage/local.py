@@ -100,7 +100,8 @@ class LocalBackend:
         # directory, "data/shard-" lists the files starting so.
         root = Path(path) if path.endswith(os.sep) or os.path.isdir(path) else Path(path).parent
         if not root.exists():
-            raise NotFound("no such directory", uri=prefix)
+            # Named as given (discovery adds "/" to a path that is not a file it can see)
+            raise NotFound("no such file or directory", uri=prefix.rstrip("/") or prefix)
         # Local listings are cheap and held whole: one page, no continuation token.
         found: list[str] = []
         for dirpath, dirnames, filenames in os.walk(root):
