@@ -82,12 +82,16 @@ def _connect_error(exc: Exception, address: str | None) -> ConfigError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = f"{type(exc).__name__}: {logsecrets.scrub(first)[:300]}"
     if "InvalidAuthToken" in str(exc) or type(exc).__name__ == "AuthenticationError":
-        advice = ("the cluster uses token authentication and this process has another token "
-                  "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) or none; give it "
-                  "the cluster's token, or set RAY_AUTH_MODE to match the cluster")  # fmt: skip
+        advice = (
+            "the cluster uses token authentication and this process has another token "
+            "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) or none; give it "
+            "the cluster's token, or set RAY_AUTH_MODE to match the cluster"
+        )
     else:
-        advice = ("check the address (executor=Ray(address=...) or RAY_ADDRESS) and that its "
-                  "GCS port is reachable from here")  # fmt: skip
+        advice = (
+            "check the address (executor=Ray(address=...) or RAY_ADDRESS) and that its "
+            "GCS port is reachable from here"
+        )
     return ConfigError(f"cannot connect to {where} ({text}): {advice}")
 
 

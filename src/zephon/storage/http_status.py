@@ -77,7 +77,8 @@ def error_for_connection(exc: BaseException, uri: str, hint: str = "") -> Storag
         inner.__cause__, aiohttp.http_exceptions.HttpProcessingError
     ):
         strict = _STRICT if sys.flags.dev_mode or aiohttp.helpers.DEBUG else ""
-        return StorageError(f"the server's response does not parse ({cause_of(inner)}){strict}",
-                            uri=uri)  # fmt: skip
+        return StorageError(
+            f"the server's response does not parse ({cause_of(inner)}){strict}", uri=uri
+        )
     kind = Unreachable if isinstance(inner, aiohttp.ClientConnectorError) else None
     return (kind or TransientStorageError)(f"connection failed{hint} ({cause_of(inner)})", uri=uri)
