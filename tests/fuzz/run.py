@@ -7,6 +7,10 @@ input as ``crash-*``, and adding it to the corpus so the suite runs it from then
 
     .venv/bin/python -m tests.fuzz.run TARGET [--seconds 60] [--keep]
     .venv/bin/python -m tests.fuzz.run all --seconds 300     # each target in turn
+    .venv/bin/python -m tests.fuzz.run all --runs 20000 --seed 1   # the same inputs every time
+
+A run bounded by time explores differently on every machine and every run; the suite runs a
+fixed number of inputs from a fixed seed, so that what it finds, it finds on every machine.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from tests.fuzz import corpus
 ROOT = Path(__file__).parents[2]
 
 
-def fuzz(target: str, seconds: int, keep: bool) -> int:
-    """Fuzz ``target`` for ``seconds`` in a child process; its exit code (0: nothing found)."""
+def fuzz(target: str, seconds: int, keep: bool, runs: int | None = None, seed: int = 0) -> int:
+    """Fuzz ``target`` for ``seconds`` (or ``runs`` inputs from ``seed``) in a child process;
+    its exit code (0: nothing found)."""
+    bound = [f"-runs={runs}", f"-seed={seed}"] if runs else [f"-max_total_time={seconds}"]
     with tempfile.TemporaryDirectory() as work:
         found = Path(work) / "found"
         found.mkdir()
@@ -34,7 +40,7 @@ def fuzz(target: str, seconds: int, keep: bool) -> int:
             "tests.fuzz.run",
             "--child",
             target,
-            f"-max_total_time={seconds}",
+            *bound,
             "-timeout=10",
             "-rss_limit_mb=3072",
             f"-artifact_prefix={work}/",
@@ -85,10 +91,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("target", choices=[*TARGETS, "all"])
     parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--runs", type=int, help="stop after this many inputs, not --seconds")
+    parser.add_argument("--seed", type=int, default=0, help="libFuzzer's seed (0: random)")
     parser.add_argument("--keep", action="store_true", help="add new inputs to the corpus")
     args = parser.parse_args()
     names = list(TARGETS) if args.target == "all" else [args.target]
-    failed = [t for t in names if fuzz(t, args.seconds, args.keep) != 0]
+    failed = [t for t in names if fuzz(t, args.seconds, args.keep, args.runs, args.seed) != 0]
     sys.exit(1 if failed else 0)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon.formats.jsonl import parse_json
+from zephon.formats.jsondata import parse_json
 
 SCALARS = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)

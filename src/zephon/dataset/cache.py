@@ -26,6 +26,7 @@ from zephon.formats.index import (
     WholeIndex,
     index_from_bytes,
 )
+from zephon.formats.jsondata import count, parse_json
 
 __all__ = [
     "PERSISTENT_INDEX_NAME",
@@ -143,15 +144,15 @@ class PersistentIndex:
     def from_bytes(cls, data: bytes) -> PersistentIndex:
         """Raises ``ValueError`` if ``data`` is not a persistent index this version reads."""
         try:
-            obj = json.loads(data)
+            obj = parse_json(data)
             if obj.get("zephon_index") != _PERSISTENT_VERSION:
                 raise ValueError(f"persistent index version {obj.get('zephon_index')!r}")
             entries = tuple(
                 PersistentEntry(
                     str(s["path"]),
-                    int(s["size_bytes"]),
+                    count(s["size_bytes"], "size_bytes"),
                     str(s["version"]),
-                    int(s["num_samples"]),
+                    count(s["num_samples"], "num_samples"),
                     index_from_bytes(base64.b64decode(s["index"])),
                 )
                 for s in obj["shards"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,6 +32,7 @@ from zephon.formats.index import (
     StreamIndex,
     WholeIndex,
 )
+from zephon.formats.jsondata import parse_json
 from zephon.formats.jsonl import JsonlCodec
 from zephon.formats.litdata import LitDataCodec, parse_litdata_index
 from zephon.formats.mds import MdsCodec, parse_mds_index
@@ -263,8 +263,15 @@ def _detect(
         return ctx.persistent.format
     if raw_index is not None:
         try:
-            obj = json.loads(raw_index)
-        except ValueError:
+            obj = parse_json(raw_index)
+        except ValueError as exc:
+            if any(o.uri.endswith((".mds", ".bin")) for o in objects):
+                # the shards an MDS or LitData index describes, with an index that does not parse
+                raise FormatError(
+                    f"index.json is not valid JSON ({exc})",
+                    dataset=ctx.name,
+                    uri=index_json.uri if index_json is not None else ctx.root,
+                ) from None
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("shards"), list) and obj.get("version"):
             return "mds"

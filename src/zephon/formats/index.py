@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.formats.jsondata import parse_json
+
 __all__ = [
     "FragmentIndex",
     "RecordIndex",
@@ -59,7 +61,7 @@ def _unpack(data: bytes) -> tuple[str, dict[str, object], dict[str, np.ndarray]]
     if data[:4] != _MAGIC:
         raise ValueError("not a Zephon shard index")
     (hlen,) = struct.unpack_from("<I", data, 4)
-    header = json.loads(data[8 : 8 + hlen])
+    header = parse_json(data[8 : 8 + hlen])
     body = zlib.decompress(data[8 + hlen :])
     arrays, pos = {}, 0
     for name, (dtype, shape) in header["arrays"].items():
@@ -217,7 +219,7 @@ def index_from_bytes(
     """Inverse of ``to_bytes`` of any index. Raises ``ValueError`` on foreign or corrupt bytes."""
     try:
         kind, meta, arrays = _unpack(data)
-    except (struct.error, zlib.error, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (struct.error, zlib.error, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"corrupt shard index ({type(exc).__name__})") from None
     if kind == "record":
         return RecordIndex(arrays["offsets"])

@@ -9,7 +9,6 @@ the decompressed stream, and its read unit is the whole shard.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,30 +18,10 @@ from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.compression import Inflated, StreamDecompressor, stream_kind
 from zephon.formats.index import RecordIndex, StreamIndex
+from zephon.formats.jsondata import parse_json
 from zephon.refs import ShardInfo
 
-__all__ = ["JsonlCodec", "LineIndexer", "parse_json"]
-
-try:  # a core dependency; json alone still works without it
-    import msgspec
-
-    _FAST: Any = msgspec.json.Decoder().decode
-    _REFUSED: tuple[type[Exception], ...] = (msgspec.MsgspecError,)
-except ImportError:  # pragma: no cover - msgspec is installed with zephon
-    _FAST, _REFUSED = None, ()
-
-
-def parse_json(data: bytes) -> Any:
-    """``json.loads(data)``, parsed by msgspec when it can: it gives the same values for every
-    document it accepts and refuses the rest (``NaN``, numbers out of a double's range, lone
-    surrogates, invalid UTF-8), which ``json`` then parses or rejects as it always has."""
-    if _FAST is not None:
-        try:
-            return _FAST(data)
-        except _REFUSED:
-            pass
-    return json.loads(data)
-
+__all__ = ["JsonlCodec", "LineIndexer"]
 
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\r\n\f\v")] = True
@@ -208,10 +187,9 @@ class JsonlCodec:
         ):
             return values  # type: ignore[no-any-return]
         out: list[dict[str, Any]] = []
-        loads = json.loads
         for i, line in zip(samples, lines, strict=True):
             try:
-                value = loads(line)
+                value = parse_json(line)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise FormatError(
                     f"line is not valid JSON ({exc})", dataset=self.dataset, uri=shard.uri, sample=i

@@ -11,7 +11,6 @@ bytes. ``pickle`` is refused unless ``allow_pickle=True``.
 from __future__ import annotations
 
 import itertools
-import json
 import pickle
 import struct
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
+from zephon.formats.jsondata import count, parse_json
 from zephon.formats.records import inflate_records, raw_image
 from zephon.refs import ShardInfo
 
@@ -114,10 +114,16 @@ def parse_litdata_index(data: bytes) -> tuple[list[tuple[str, int, int]], dict[s
     Raises ``ValueError`` if it is not one or uses features Zephon cannot read.
     """
     try:
-        obj = json.loads(data)
+        obj = parse_json(data)
         config = obj["config"]
-        chunks = [(str(c["filename"]), int(c["chunk_size"]), int(c.get("chunk_bytes") or 0))
-                  for c in obj["chunks"]]  # fmt: skip
+        chunks = [
+            (
+                str(c["filename"]),
+                count(c["chunk_size"], "chunk_size"),
+                count(c.get("chunk_bytes") or 0, "chunk_bytes"),
+            )
+            for c in obj["chunks"]
+        ]
         data_format = list(config["data_format"])
         if not isinstance(config, dict) or not all(isinstance(f, str) for f in data_format):
             raise TypeError("config and data_format must be an object and strings")
@@ -185,6 +191,38 @@ def _tensor_with_header(d: memoryview) -> np.ndarray:
     return np.frombuffer(data, _TORCH_DTYPES[dtype_index]).reshape(shape).copy()
 
 
+_NODES = ("builtins.dict", "collections.OrderedDict", "builtins.tuple", "builtins.list")
+MAX_SPEC_DEPTH = 64  # pytrees of samples nest a few levels; the bound keeps the walk shallow
+
+
+def _check_spec(spec: Any, leaves: int) -> None:
+    """Refuses a ``data_spec`` pytree that :func:`_unflatten` could not walk with ``leaves``
+    leaves: a node of an unknown type or shape, dict keys that do not match its children,
+    nesting deeper than :data:`MAX_SPEC_DEPTH`."""
+    found = 0
+    stack = [(spec, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict) or depth > MAX_SPEC_DEPTH:
+            raise ValueError(f"data_spec is not a pytree of at most {MAX_SPEC_DEPTH} levels")
+        kind = node.get("type")
+        if kind is None:
+            found += 1
+            continue
+        children = node.get("children_spec") or []
+        if kind not in _NODES or not isinstance(children, list):
+            raise ValueError(f"unsupported pytree node {kind!r}")
+        if kind in _NODES[:2]:
+            keys = parse_json(node["context"])
+            if not isinstance(keys, list) or len(keys) != len(children):
+                raise ValueError("a dict node's context does not name each of its children")
+            if not all(isinstance(k, str | int | float | bool) or k is None for k in keys):
+                raise ValueError("a dict node's keys must be JSON scalars")
+        stack.extend((child, depth + 1) for child in children)
+    if found != leaves:
+        raise ValueError(f"data_spec has {found} leaves but data_format {leaves}")
+
+
 def _unflatten(spec: dict[str, Any], leaves: list[Any], pos: int) -> tuple[Any, int]:
     kind = spec.get("type")
     children = spec.get("children_spec") or []
@@ -195,7 +233,7 @@ def _unflatten(spec: dict[str, Any], leaves: list[Any], pos: int) -> tuple[Any, 
         value, pos = _unflatten(child, leaves, pos)
         values.append(value)
     if kind in ("builtins.dict", "collections.OrderedDict"):
-        keys = json.loads(spec["context"])
+        keys = parse_json(spec["context"])
         return dict(zip(keys, values, strict=True)), pos
     if kind == "builtins.tuple":
         return tuple(values), pos
@@ -232,7 +270,9 @@ class LitDataCodec:
         formats = list(self.config["data_format"])
         self._decoders = [_leaf_decoder(name, self.allow_pickle) for name in formats]
         spec = self.config.get("data_spec")
-        self._spec = json.loads(spec)[1] if spec else None
+        self._spec = parse_json(spec)[1] if spec else None
+        if self._spec is not None:
+            _check_spec(self._spec, len(formats))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "config": self.config, "allow_pickle": self.allow_pickle}

@@ -10,7 +10,6 @@ dataset is opened with ``allow_pickle=True``.
 
 from __future__ import annotations
 
-import json
 import pickle
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -22,6 +21,7 @@ from zephon.errors import FormatError
 from zephon.formats.blob import Blob
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
+from zephon.formats.jsondata import count, parse_json
 from zephon.formats.records import inflate_records, raw_image
 from zephon.refs import ShardInfo
 
@@ -46,12 +46,17 @@ class MdsShardSpec:
                 f"unsupported MDS shard entry (format {entry.get('format')!r}, "
                 f"version {entry.get('version')!r}; expected 'mds', 2)"
             )
-        self.num_samples: int = int(entry["samples"])
+        self.num_samples: int = count(entry["samples"], "samples")
         self.column_names: list[str] = list(entry["column_names"])
         self.column_encodings: list[str] = list(entry["column_encodings"])
-        self.column_sizes: list[int | None] = list(entry["column_sizes"])
+        self.column_sizes: list[int | None] = [
+            None if size is None else count(size, "column_sizes") or None
+            for size in entry["column_sizes"]
+        ]
         self.compression: str | None = entry.get("compression") or None
-        self.raw_bytes = int(entry["raw_data"].get("bytes") or 0)
+        self.raw_bytes = count(entry["raw_data"].get("bytes") or 0, "raw_data.bytes")
+        if self.compression is not None and not isinstance(self.compression, str):
+            raise TypeError("compression must be a string")
         if self.compression is not None:  # the shard as written is its zip_data
             name = self.compression.split(":", 1)[0]
             if name not in MDS_CODECS:
@@ -67,19 +72,20 @@ class MdsShardSpec:
             != 1
         ):
             raise TypeError("names and encodings must be strings, one of each per column")
-        if self.compression is not None and not isinstance(self.compression, str):
-            raise TypeError("compression must be a string")
 
 
 def parse_mds_index(data: bytes) -> list[MdsShardSpec]:
     """Shard specs of an MDS ``index.json``. Raises ``ValueError`` if it is not one."""
     try:
-        obj = json.loads(data)
+        obj = parse_json(data)
+    except ValueError as exc:
+        raise ValueError(f"not an MDS index.json ({exc})") from None
+    try:
         shards = obj["shards"]
         if obj.get("version") != 2 or not isinstance(shards, list):
             raise ValueError(f"MDS index version {obj.get('version')!r}, expected 2")
         return [MdsShardSpec(entry) for entry in shards]
-    except (KeyError, TypeError, AttributeError, IndexError, json.JSONDecodeError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
         # a field of the wrong JSON type, found where it is used
         raise ValueError(f"not an MDS index.json ({type(exc).__name__}: {exc})") from None
 
@@ -126,7 +132,7 @@ def _decoder(encoding: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
         "str_int": lambda d: int(str(d, "utf-8")),
         "str_float": lambda d: float(str(d, "utf-8")),
         "str_decimal": lambda d: Decimal(str(d, "utf-8")),
-        "json": lambda d: json.loads(bytes(d)),
+        "json": lambda d: parse_json(bytes(d)),
         "pil": raw_image,  # raw pixels: decoded here, no Pillow
     }
     if encoding in simple:
