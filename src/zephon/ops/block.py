@@ -14,38 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from zephon.errors import ConfigError
+from zephon.ops.marks import Mark, Position, lane_of, with_state
 from zephon.refs import Cursor
 
 __all__ = [
-    "Block", "ChunkRows", "Interleaved", "Mark", "Position", "Provenance", "Residue", "SampleRef",
-    "WindowRows", "high_water", "ref_at",
+    "Block", "ChunkRows", "Interleaved", "Provenance", "SampleRef", "WindowRows", "dataset_of",
+    "ref_at",
 ]  # fmt: skip
 
 # (dataset, shard, sample, pass): where an item came from, and in which pass of its dataset
 SampleRef = tuple[int, int, int, int]
-Position = tuple["Cursor | Residue | None", int]  # (chunk cursor, pointers of it delivered)
-# A lane position: (lane, chunk cursor or None at the lane's start, pointers of that chunk
-# delivered, states of the stateful ops (shuffle, pack, apply) in order: what they must skip,
-# or a custom op's {"state": ...}, and the high water: None if the stateful ops had taken no
-# input past the position, else the (cursor, delivered) of the furthest input they had taken).
-Mark = tuple[int, "Cursor | Residue | None", int, tuple[Any, ...], Position | None]
-
-
-def high_water(mark: Mark) -> Position:
-    """How far into the lane the stateful ops had read when the item of ``mark`` left them:
-    replaying the lane from the mark's position up to there gives the same items."""
-    return mark[4] if mark[4] is not None else (mark[1], mark[2])
-
-
-@dataclass(frozen=True, slots=True)
-class Residue:
-    """In place of a cursor: the item comes from a residue handed over by re-laning (see
-    :mod:`zephon.pipeline.handover`). ``record`` is the residue as the checkpoint stores it,
-    ``at`` the item's mark in the old lane, ``rest`` the residues still to come after it."""
-
-    record: dict[str, Any]
-    at: Mark
-    rest: tuple[dict[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -110,8 +89,7 @@ class WindowRows:
     def mark(self, i: int) -> Mark:
         s = self.first + i + 1
         state = s if self.part is None else {"skip": s, "part": self.part}
-        lane, cursor, delivered, ops, _ = self.before
-        return (lane, cursor, delivered, (*ops, state), self.hw)
+        return with_state(self.before, state, self.hw)
 
     def marks(self) -> list[Any]:
         return [self.mark(i) for i in range(len(self.refs_list))]
@@ -186,6 +164,17 @@ def ref_at(provenance: Provenance, i: int) -> Any:
     return provenance.ref(i) if isinstance(provenance, ChunkRows) else provenance[i]
 
 
+def dataset_of(ref: Any, step: str) -> int:
+    """The dataset an item came from, for ``step`` (named in the error): an item that
+    combines samples (a packed row, a batch) has none."""
+    if isinstance(ref, tuple) and len(ref) == 4:
+        return int(ref[0])
+    raise ConfigError(
+        f"{step} needs samples from one dataset each; put it before steps that combine "
+        "samples (pack, batch)"
+    )
+
+
 class Block:
     """Items of one lane (``lane >= 0``) or of several (``-1``, after merge), in order, with
     per-item provenance.
@@ -254,11 +243,11 @@ class Block:
         if self._marks is None and isinstance(self._rows, Interleaved):
             return self._rows.progress(lo, hi)
         if self._marks is None and isinstance(self._rows, WindowRows):
-            return {self._rows.before[0]: (hi - lo, self.mark(hi - 1))} if hi > lo else {}
+            return {lane_of(self._rows.before): (hi - lo, self.mark(hi - 1))} if hi > lo else {}
         out: dict[int, tuple[int, Mark]] = {}
         for mark in self.marks[lo:hi]:
-            had = out.get(mark[0], (0, mark))[0]
-            out[mark[0]] = (had + 1, mark)
+            lane = lane_of(mark)
+            out[lane] = (out.get(lane, (0, mark))[0] + 1, mark)
         return out
 
     def __len__(self) -> int:

@@ -13,19 +13,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from zephon.errors import ConfigError
 from zephon.ops.batch import collate
-from zephon.ops.block import Block, Mark, high_water
-from zephon.ops.shuffle import start_mark
+from zephon.ops.block import Block, dataset_of
+from zephon.ops.marks import Mark, high_water, start_mark, with_state
 
 __all__ = ["per_dataset_batches"]
-
-
-def _dataset(ref: Any) -> int:
-    if isinstance(ref, tuple) and len(ref) == 4:
-        return int(ref[0])
-    raise ConfigError("batch(per_dataset=True) needs samples from one dataset each; put it "
-                      "before steps that combine samples (pack)")  # fmt: skip
 
 
 class _Open:
@@ -54,20 +46,19 @@ async def per_dataset_batches(
 
     def mark_after(last: Mark) -> Mark:
         if not open_:
-            return (*last[:3], (*last[3], 0), high_water(last))
+            return with_state(last, 0, high_water(last))
         oldest = next(iter(open_.values()))
         held = {d: seen[d] - oldest.counts.get(d, 0) - len(o.items) for d, o in open_.items()}
         for d in seen:
             held.setdefault(d, seen[d] - oldest.counts.get(d, 0))
         skips = {str(d): n for d, n in sorted(held.items()) if n}
-        r = oldest.before
-        return (*r[:3], (*r[3], {"skip": skips}), high_water(last))
+        return with_state(oldest.before, {"skip": skips}, high_water(last))
 
     async for block in blocks:
         out_items, out_refs, out_marks, nbytes = [], [], [], 0.0
         per_item = block.nbytes / max(1, len(block.items))
         for i, (item, ref) in enumerate(zip(block.items, block.refs, strict=True)):
-            d = _dataset(ref)
+            d = dataset_of(ref, "batch(per_dataset=True)")
             here = block.mark(i)
             if skip.get(d):
                 skip[d] -= 1  # delivered before the checkpoint

@@ -24,9 +24,8 @@ from typing import Any
 
 from zephon.engine.stats import StageStats
 from zephon.errors import ConfigError
-from zephon.ops.block import Block, Mark, high_water
-from zephon.ops.group import _dataset
-from zephon.ops.shuffle import start_mark
+from zephon.ops.block import Block, dataset_of
+from zephon.ops.marks import Mark, high_water, start_mark, with_state
 
 __all__ = ["check_arguments", "ensure_mixture"]
 
@@ -84,13 +83,12 @@ async def ensure_mixture(
         waiting = [q[0] for q in queues if q]
         data = {"emitted": list(emitted)}
         if not waiting:
-            return (*last[:3], (*last[3], {"fed": 0, **data}), high_water(last))
+            return with_state(last, {"fed": 0, **data}, high_water(last))
         oldest = min(waiting, key=lambda q: q.fed)
         left = {d: n - oldest.counts.get(d, 0) - len(queues[d]) for d, n in seen.items()}
         skips = {str(d): n for d, n in sorted(left.items()) if n}
-        r = oldest.before
-        return (*r[:3], (*r[3], {"skip": skips, "fed": fed - oldest.fed, **data}),
-                high_water(last))  # fmt: skip
+        state = {"skip": skips, "fed": fed - oldest.fed, **data}
+        return with_state(oldest.before, state, high_water(last))
 
     def owed() -> int | None:
         total = sum(emitted)
@@ -121,7 +119,7 @@ async def ensure_mixture(
     async for block in blocks:
         per_item = block.nbytes / max(1, len(block.items))
         for i, (item, ref) in enumerate(zip(block.items, block.refs, strict=True)):
-            d = _dataset(ref)
+            d = dataset_of(ref, "ensure_mixture")
             here = block.mark(i)
             if skip.get(d):
                 skip[d] -= 1  # it had left before the checkpoint

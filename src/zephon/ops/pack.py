@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.ops.block import Block, Mark, high_water, ref_at
-from zephon.ops.shuffle import start_mark, windowed
+from zephon.ops.block import Block, ref_at
+from zephon.ops.marks import Mark, high_water, start_mark, with_state
+from zephon.ops.shuffle import windowed
 
 __all__ = ["PACK_ALGORITHMS", "Packing", "pack_blocks"]
 
@@ -205,11 +206,11 @@ async def _concat(
                 if t < len(ids) and flat["positions"][t] > 0:  # ... inside document doc[t]
                     d = int(doc[t])
                     prev = block.mark(d - 1) if d > 0 else before
-                    row_marks.append((*prev[:3], (*prev[3], int(flat["positions"][t])), hw))
+                    row_marks.append(with_state(prev, int(flat["positions"][t]), hw))
                 else:  # ... at the start of the document after doc[t - 1]
                     d = int(doc[t - 1])
                     prev = block.mark(d) if d >= 0 else before
-                    row_marks.append((*prev[:3], (*prev[3], 0), hw))
+                    row_marks.append(with_state(prev, 0, hw))
         rest = slice(full * seq_len, None)
         carry = {k: v[rest].copy() for k, v in flat.items()}
         carry_refs = {int(d) - len(docs): ref(int(d)) for d in np.unique(doc[rest])}
@@ -228,7 +229,7 @@ async def _concat(
         row["segment_ids"] = np.zeros(seq_len, dtype=np.int32)
         row["segment_ids"][:k] = np.cumsum(seg)
         refs = [carry_refs[int(d)] for d in np.unique(carry_doc)]
-        yield Block(lane, [row], [refs], [(*before[:3], (*before[3], 0), high_water(before))])
+        yield Block(lane, [row], [refs], [with_state(before, 0, high_water(before))])
 
 
 def distinct_ordered(values: np.ndarray) -> list[int]:

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from zephon.ops.block import Block, Mark, WindowRows, high_water
+from zephon.ops.block import Block, WindowRows
+from zephon.ops.marks import Mark, high_water, op_states, position_of, start_mark
 from zephon.plan.permute import key_of, permute
 
-__all__ = ["REPLAYED", "first_parts", "replay_skips", "shuffle_blocks", "start_mark", "windowed"]
+__all__ = ["REPLAYED", "first_parts", "replay_skips", "shuffle_blocks", "windowed"]
 
 
 class _Replayed:
@@ -45,12 +46,6 @@ class _Replayed:
 
 
 REPLAYED = _Replayed()
-
-
-def start_mark(lane: int, depth: int) -> Mark:
-    """The mark of "nothing consumed yet" in a lane, for an op with ``depth`` stateful ops
-    before it."""
-    return (lane, None, 0, (0,) * depth, None)
 
 
 def first_parts(size: int, warmup: int) -> tuple[int, ...]:
@@ -164,7 +159,7 @@ def shuffle_blocks(
 
 def _order(seed: int, lane: int, before: Mark, capacity: int, n: int) -> np.ndarray:
     """The window's order: its capacity's keyed permutation without the positions >= ``n``."""
-    key = key_of("shuffle", seed, lane, repr(before[1:3]), before[3])
+    key = key_of("shuffle", seed, lane, repr(position_of(before)), op_states(before))
     order = permute(np.arange(capacity), capacity, key)
     return order if n == capacity else order[order < n]
 

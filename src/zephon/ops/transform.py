@@ -11,8 +11,9 @@ from typing import Any
 
 from zephon.context import PASS, item_passes
 from zephon.errors import FormatError, StateMismatch
-from zephon.ops.block import Block, Mark, Provenance, high_water, ref_at
-from zephon.ops.shuffle import REPLAYED, start_mark
+from zephon.ops.block import Block, Provenance, ref_at
+from zephon.ops.marks import Mark, high_water, start_mark, with_state
+from zephon.ops.shuffle import REPLAYED
 
 __all__ = ["Chain", "apply_block", "run_apply", "run_batch"]
 
@@ -298,11 +299,9 @@ async def run_apply(
             continue
         if stateful:
             m = last["mark"]
-            state = {"state": op.state()}  # type: ignore[attr-defined]
-            mark = (*m[:3], (*m[3], state), high_water(m))
+            mark = with_state(m, {"state": op.state()}, high_water(m))  # type: ignore[attr-defined]
         else:
-            b = last["before"]
-            mark = (*b[:3], (*b[3], last["since"]), high_water(last["mark"]))
+            mark = with_state(last["before"], last["since"], high_water(last["mark"]))
         produced.append((out, last["ref"], mark))
         while ready:
             yield ready.pop(0)

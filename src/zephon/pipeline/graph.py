@@ -22,9 +22,10 @@ from zephon.engine.channel import Channel, closing
 from zephon.engine.runner import ordered, start_stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
 from zephon.errors import redact_uri
-from zephon.ops.block import Block, ChunkRows, Mark, Residue
+from zephon.ops.block import Block, ChunkRows
 from zephon.ops.decode import ChunkAssembler, DecodeJob, decode_job, is_failed, passes_column
 from zephon.ops.fetch import Fetched, group_requests, group_reservations, read_group
+from zephon.ops.marks import Mark, Residue, new_mark
 from zephon.pipeline.handover import residue_end, residue_resume
 from zephon.pipeline.resources import Resources, counted
 from zephon.pipeline.spec import PipelineSpec
@@ -105,8 +106,7 @@ async def _handover(
                                history[: int(record["generation"])], residue_end(record),
                                f"{lane}<{record['lane']}", lane)  # fmt: skip
             async for block in counted(segment, stats):
-                marks: list[Mark] = [(lane, Residue(record, m, rest), 0, zeros, None)
-                                     for m in block.marks]  # fmt: skip
+                marks = [new_mark(lane, Residue(record, m, rest), 0, zeros) for m in block.marks]
                 stats.items_out += len(block.items)
                 await timed_send(out, Block(lane, block.items, block.refs, marks, block.nbytes,
                                             block.extra), stats)  # fmt: skip

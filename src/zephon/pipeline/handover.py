@@ -21,7 +21,16 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import StateMismatch
-from zephon.ops.block import Mark, Position, Residue
+from zephon.ops.marks import (
+    Mark,
+    Position,
+    Residue,
+    cursor_of,
+    hw_of,
+    new_mark,
+    op_states,
+    position_of,
+)  # fmt: skip
 from zephon.pipeline.spec import PipelineSpec
 from zephon.refs import Cursor
 
@@ -46,13 +55,13 @@ def _busy(ops: Any) -> bool:
 def lane_entry(mark: Mark, stateful_steps: int) -> dict[str, Any]:
     """A lane's checkpoint entry (position, operator states, high water if they hold items,
     residues still to replay) after the item of ``mark``."""
-    _, cursor, delivered, ops, hw = mark
+    cursor, ops, hw = cursor_of(mark), op_states(mark), hw_of(mark)
     if isinstance(cursor, Residue):  # inside a residue: its own curriculum not started yet
         at = cursor.at
-        current = {**cursor.record, **_position_json((at[1], at[2])), "ops": list(at[3])}
+        current = {**cursor.record, **_position_json(position_of(at)), "ops": list(op_states(at))}
         return {"cursor": None, "delivered": 0, "ops": [0] * stateful_steps,
                 "residues": [current, *cursor.rest]}  # fmt: skip
-    entry: dict[str, Any] = {**_position_json((cursor, delivered)), "ops": list(ops)}
+    entry: dict[str, Any] = {**_position_json(position_of(mark)), "ops": list(ops)}
     if hw is not None and _busy(ops):
         entry["hw"] = _position_json(hw)
     return entry
@@ -66,7 +75,7 @@ def residue_resume(spec: PipelineSpec, record: dict[str, Any]) -> tuple[tuple[in
     if len(ops) != spec.stateful_steps:
         raise StateMismatch("checkpoint's operator states do not match the chain")
     lane, lanes = int(record["lane"]), int(record["lanes"])
-    mark: Mark = (lane, cursor, delivered, ops, _position(record["hw"]))
+    mark = new_mark(lane, cursor, delivered, ops, _position(record["hw"]))
     state = None if cursor is None else spec.source.state(cursor, delivered, lanes)
     return (0,) * spec.stateful_steps, {"state": state, "mark": mark}
 

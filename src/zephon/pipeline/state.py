@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephon.errors import ConfigError, StateMismatch
-from zephon.ops.block import Block, Mark
+from zephon.ops.block import Block
+from zephon.ops.marks import Mark, new_mark
 from zephon.pipeline.handover import lane_entry, relane
 from zephon.pipeline.spec import PipelineSpec
 from zephon.refs import Cursor
@@ -186,9 +187,9 @@ def _lane_resume(
     if len(ops) != spec.stateful_steps:
         raise StateMismatch("checkpoint's operator states do not match the chain")
     hw = entry.get("hw")
-    mark = (lane, cursor, int(entry["delivered"]), ops,
-            None if hw is None else (Cursor.from_dict(hw["cursor"]) if hw["cursor"] else None,
-                                     int(hw["delivered"])))  # fmt: skip
+    if hw is not None:
+        hw = (Cursor.from_dict(hw["cursor"]) if hw["cursor"] else None, int(hw["delivered"]))
+    mark = new_mark(lane, cursor, int(entry["delivered"]), ops, hw)
     out = {key: entry[key] for key in _ENTRY if key in entry}
     return {**out, "ops": list(ops), "state": lane_state, "mark": mark}
 

@@ -18,8 +18,9 @@ from zephon.engine.runner import ordered, start_stage, timed_send
 from zephon.engine.stats import StageStats
 from zephon.errors import FormatError
 from zephon.ops.batch import batch_blocks
-from zephon.ops.block import Block, Mark
+from zephon.ops.block import Block
 from zephon.ops.group import per_dataset_batches
+from zephon.ops.marks import Mark, for_op
 from zephon.ops.mixture import ensure_mixture
 from zephon.ops.objects import fetch_block
 from zephon.ops.pack import pack_blocks
@@ -185,10 +186,7 @@ def _mark_replayed(
 def _step_resume(mark: Mark | None, depth: int) -> tuple[Mark, Any] | None:
     """A stateful step's resume point: the mark as the steps before it saw it, and its own
     state."""
-    if mark is None:
-        return None
-    lane, cursor, delivered, ops, hw = mark
-    return (lane, cursor, delivered, ops[:depth], hw), ops[depth]
+    return None if mark is None else for_op(mark, depth)
 
 
 async def _pooled(
