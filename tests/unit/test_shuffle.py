@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephon.ops.block import Block
-from zephon.ops.shuffle import first_parts, replay_skips, shuffle_blocks
+from zephon.ops.shuffle import replay_skips, shuffle_blocks
+from zephon.ops.windows import first_parts
 
 
 def _blocks(n: int, per: int) -> list[Block]:

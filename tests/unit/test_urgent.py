@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from zephon.engine.urgent import UrgentThread
 from zephon.ops.block import Block
-from zephon.ops.shuffle import first_parts
+from zephon.ops.windows import first_parts
 from zephon.pipeline.steps import first_pieces
 
 

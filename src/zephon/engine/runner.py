@@ -22,6 +22,7 @@ __all__ = [
     "Escaped",
     "SlowStart",
     "first_error",
+    "forward",
     "ordered",
     "spawn",
     "stage",
@@ -93,6 +94,21 @@ async def timed_send(out: Channel[B], item: B, stats: StageStats) -> None:
         await out.send(item)
     finally:
         stats.waiting_s += time.perf_counter() - t
+
+
+async def forward(
+    blocks: AsyncIterator[B],
+    out: Channel[B],
+    stats: StageStats,
+    size: Callable[[B], int] = len,  # type: ignore[assignment]
+) -> None:
+    """The plumbing every stage shares: send each of ``blocks`` to ``out``, counting what
+    leaves (``size``: the items a block holds) and how long the stage waited to send, and
+    close ``out`` at the end, whether ``blocks`` ends or fails."""
+    with closing(out):
+        async for block in blocks:
+            stats.items_out += size(block)
+            await timed_send(out, block, stats)
 
 
 async def ordered(

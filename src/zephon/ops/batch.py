@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from zephon.arrays import stack
 from zephon.errors import ConfigError
 from zephon.ops.block import Block
+from zephon.ops.operator import LaneContext, StreamOperator
 
-__all__ = ["batch_blocks", "collate"]
+__all__ = ["Batch", "batch_blocks", "collate"]
 
 
 _NUMBERS = {int, float, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
@@ -109,3 +111,24 @@ async def batch_blocks(
             yield Block(lane, out_items, out_refs, out_marks, int(nbytes))
     if held and not drop_last:
         yield Block(lane, [collate(held)], [held_refs], [mark], int(carried))
+
+
+@dataclass(frozen=True)
+class Batch(StreamOperator):
+    """``batch(size, drop_last)``: batches of ``size`` samples of a lane."""
+
+    name: ClassVar[str] = "batch"
+    batches: ClassVar[bool] = True
+
+    size: int
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {self.size}")
+
+    def label(self) -> str:
+        return f"batch({self.size}, drop_last={self.drop_last})"
+
+    def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
+        return batch_blocks(blocks, self.size, self.drop_last, lane.lane)

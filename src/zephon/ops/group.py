@@ -11,13 +11,16 @@ those items and forms the same batches again. Nothing buffered is saved.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from zephon.errors import ConfigError
 from zephon.ops.batch import collate
 from zephon.ops.block import Block, dataset_of
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
+from zephon.ops.operator import LaneContext, StreamOperator
 
-__all__ = ["per_dataset_batches"]
+__all__ = ["BatchPerDataset", "per_dataset_batches"]
 
 
 class _Open:
@@ -82,3 +85,27 @@ async def per_dataset_batches(
         d = next(iter(open_))
         last = open_.pop(d)
         yield Block(lane, [collate(last.items)], [last.refs], [mark_after(prev)])
+
+
+@dataclass(frozen=True)
+class BatchPerDataset(StreamOperator):
+    """``batch(size, drop_last, per_dataset=True)``: see the module doc."""
+
+    name: ClassVar[str] = "batch_per_dataset"
+    stateful: ClassVar[bool] = True
+    batches: ClassVar[bool] = True
+
+    size: int
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {self.size}")
+
+    def label(self) -> str:
+        return f"batch({self.size}, drop_last={self.drop_last}, per_dataset=True)"
+
+    def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
+        return per_dataset_batches(
+            blocks, self.size, self.drop_last, lane.lane, lane.depth, lane.resume
+        )

@@ -20,21 +20,27 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, get_args
 
 from zephon.engine.stats import StageStats
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, dataset_of
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
+from zephon.ops.operator import LaneContext, StreamOperator
 
-__all__ = ["check_arguments", "ensure_mixture"]
+__all__ = ["EnsureMixture", "OnSurplus", "WeightBy", "ensure_mixture"]
+
+WeightBy = Literal["samples", "tokens"]
+OnSurplus = Literal["emit", "drop"]
 
 _EPS = 1e-9
 
 
 def check_arguments(weight_by: str, buffer_size: int, on_surplus: str) -> None:
-    """``Pipeline.ensure_mixture``'s arguments, checked when the step is added."""
-    if weight_by not in ("samples", "tokens") or on_surplus not in ("emit", "drop"):
+    """``Pipeline.ensure_mixture``'s arguments, checked when the step is added (callers
+    without a type checker pass any string)."""
+    if weight_by not in get_args(WeightBy) or on_surplus not in get_args(OnSurplus):
         raise ConfigError("ensure_mixture: weight_by is 'samples' or 'tokens', on_surplus "
                           f"'emit' or 'drop'; got {weight_by!r}, {on_surplus!r}")  # fmt: skip
     if buffer_size < 1:
@@ -51,8 +57,8 @@ class _Queued:
 
 
 async def ensure_mixture(
-    blocks: AsyncIterator[Block], weights: Sequence[float], weight_by: str, field: str,
-    buffer_size: int, on_surplus: str, lane: int, depth: int,
+    blocks: AsyncIterator[Block], weights: Sequence[float], weight_by: WeightBy, field: str,
+    buffer_size: int, on_surplus: OnSurplus, lane: int, depth: int,
     resume: tuple[Mark, Any] | None, stats: StageStats,
 ) -> AsyncIterator[Block]:  # fmt: skip
     """See the module doc. Long because replay, queues, the owed rule and the marks share
@@ -145,3 +151,33 @@ def _block(lane: int, out: list[tuple[Any, Any, Mark]], per_item: float) -> Bloc
     items, refs, marks = (list(x) for x in zip(*out, strict=True))
     out.clear()
     return Block(lane, items, refs, marks, int(per_item * len(items)))
+
+
+@dataclass(frozen=True)
+class EnsureMixture(StreamOperator):
+    """``ensure_mixture(weight_by, buffer_size, on_surplus, field)`` toward ``weights`` (the
+    curriculum's): see the module doc."""
+
+    name: ClassVar[str] = "ensure_mixture"
+    stateful: ClassVar[bool] = True
+
+    weights: tuple[float, ...]
+    weight_by: WeightBy = "samples"
+    field: str = "input_ids"
+    buffer_size: int = 1024
+    on_surplus: OnSurplus = "emit"
+
+    def __post_init__(self) -> None:
+        check_arguments(self.weight_by, self.buffer_size, self.on_surplus)
+
+    def label(self) -> str:
+        return (
+            f"ensure_mixture(weight_by={self.weight_by}, field={self.field!r}, "
+            f"buffer_size={self.buffer_size}, on_surplus={self.on_surplus})"
+        )
+
+    def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
+        return ensure_mixture(
+            blocks, self.weights, self.weight_by, self.field, self.buffer_size,
+            self.on_surplus, lane.lane, lane.depth, lane.resume, lane.stats,
+        )  # fmt: skip

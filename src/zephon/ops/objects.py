@@ -11,24 +11,58 @@ naming the dataset, shard and sample, which ``on_error="skip"`` skips and counts
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from zephon.errors import FormatError, NotFound, redact_uri
+from zephon.errors import ConfigError, FormatError, NotFound, first_error, redact_uri
 from zephon.ops.block import Block, ref_at
+from zephon.ops.operator import LaneContext, StreamOperator
 from zephon.storage import ManagedStorage
 
 __all__ = ["FetchField", "fetch_block"]
 
 
-class FetchField:
-    """What a ``fetch_field`` step reads: the object named by ``sample[field]`` (a key under
-    ``prefix``, by default the dataset's root, or a URI in the same store) into
-    ``sample[out]``."""
+@dataclass(frozen=True)
+class FetchField(StreamOperator):
+    """The ``fetch_field`` step: the object named by ``sample[field]`` (a key under
+    ``prefix``, by default the dataset's root, or a URI in the same store) read into
+    ``sample[out]``; ``inflight`` reads per block at a time, two blocks at a time, one
+    request each for objects up to ``guess`` bytes."""
 
-    def __init__(self, field: str, out: str | None, prefix: str | None, guess: int) -> None:
-        self.field, self.out, self.prefix, self.guess = field, out or field, prefix, guess
-        self.__name__ = f"fetch_field({field!r}, out={self.out!r}, prefix={prefix!r})"
+    name: ClassVar[str] = "fetch_field"
+    per_item: ClassVar[bool] = True
+
+    field: str
+    out: str
+    prefix: str | None = None
+    guess: int = 1 << 20
+    inflight: int = 32
+
+    def __post_init__(self) -> None:
+        if self.inflight < 1 or self.guess < 1:
+            raise ConfigError("fetch_field needs inflight >= 1 and guess_bytes >= 1")
+
+    def label(self) -> str:  # how many reads are in flight changes nothing
+        return f"fetch_field({self.field!r}, out={self.out!r}, prefix={self.prefix!r})"
+
+    async def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
+        """Two blocks' reads in flight, delivered in order."""
+        pending: deque[asyncio.Task[Block]] = deque()
+        try:
+            async for block in blocks:
+                read = fetch_block(self, block, lane.storages, lane.datasets, self.inflight,
+                                   lane.on_skip)  # fmt: skip
+                pending.append(asyncio.ensure_future(read))
+                if len(pending) == 2:
+                    yield await pending.popleft()
+            while pending:
+                yield await pending.popleft()
+        finally:
+            for task in pending:  # the run is ending: what they would read is not wanted
+                task.cancel()
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def uri(self, sample: Any, root: str) -> str:
         """The URI ``sample`` names, resolved against ``prefix`` or the dataset's ``root``."""
@@ -71,12 +105,15 @@ async def fetch_block(
             where = f"dataset {ds.name!r}, shard {ds.shards[shard].uri}, sample {sample}"
             if on_skip is None:
                 raise FormatError(f"{exc} ({where})") from None
-            on_skip(ref, f"{step.__name__}: {exc}")
+            on_skip(ref, f"{step.label()}: {exc}")
             return None
         return {**item, step.out: data}
 
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(one(pos, item)) for pos, item in enumerate(block.items)]
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(one(pos, item)) for pos, item in enumerate(block.items)]
+    except BaseExceptionGroup as group:  # the first sample's error, as for any other step
+        raise first_error(group) from None
     results = [t.result() for t in tasks]
     out = block.kept([r is not None for r in results], [r for r in results if r is not None])
     out.nbytes += sum(len(r[step.out]) for r in results if r is not None)  # channels weigh it

@@ -25,28 +25,33 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, ref_at
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.shuffle import windowed
+from zephon.ops.operator import LaneContext, StreamOperator
+from zephon.ops.windows import windowed
 
-__all__ = ["PACK_ALGORITHMS", "Packing", "pack_blocks"]
+__all__ = ["PACK_ALGORITHMS", "PackAlgorithm", "Packing", "pack_blocks"]
 
-PACK_ALGORITHMS = ("concat", "first_fit", "best_fit", "best_fit_wrap")
+PackAlgorithm = Literal["concat", "first_fit", "best_fit", "best_fit_wrap"]
+PACK_ALGORITHMS: tuple[str, ...] = get_args(PackAlgorithm)
 _OWN = ("positions", "segment_ids")
 
 
 @dataclass(frozen=True)
-class Packing:
-    """A pack step's parameters. ``fields``: the per-token fields carried (``None``: every
-    field as long as the ids; ``()``: none)."""
+class Packing(StreamOperator):
+    """The pack step: rows of ``seq_len`` tokens (see the module doc). ``fields``: the
+    per-token fields carried (``None``: every field as long as the ids; ``()``: none)."""
+
+    name: ClassVar[str] = "pack"
+    stateful: ClassVar[bool] = True
 
     seq_len: int
-    algorithm: str = "concat"
+    algorithm: PackAlgorithm = "concat"
     pad_id: int = 0
     field: str = "input_ids"
     window: int = 1024
@@ -71,6 +76,9 @@ class Packing:
                 f"field={self.field!r}, window={self.window}, fields={self.fields}, "
                 f"min_sequence_length={self.min_sequence_length}, "
                 f"max_sequences_per_bin={self.max_sequences_per_bin})")  # fmt: skip
+
+    def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
+        return pack_blocks(blocks, self, lane.lane, lane.depth, lane.resume)
 
     def aligned(self, item: Any, n: int) -> list[str]:
         """The per-token fields of a document of ``n`` ids that rows carry."""

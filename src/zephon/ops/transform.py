@@ -7,15 +7,17 @@ import copy
 import inspect
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from zephon.context import PASS, item_passes
 from zephon.errors import FormatError, StateMismatch
 from zephon.ops.block import Block, Provenance, ref_at
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.shuffle import REPLAYED
+from zephon.ops.operator import LaneContext, StreamOperator
+from zephon.ops.windows import REPLAYED
 
-__all__ = ["Chain", "apply_block", "run_apply", "run_batch"]
+__all__ = ["Apply", "Chain", "apply_block", "run_apply", "run_batch", "tokenize_block"]
 
 
 def _describe(ref: Any) -> str:
@@ -144,26 +146,7 @@ async def apply_block(
 ) -> Block:
     """One block through a map or filter, in process, awaited, or in the worker pool.
     ``on_skip(ref, message)``: skip samples whose step raised ``FormatError`` (bad input)
-    and report each; without it such an error ends the run like any other.
-    Items a restored shuffle will skip (:data:`~zephon.ops.shuffle.REPLAYED`) pass a
-    tokenize step untouched."""
-    if kind == "tokenize" and any(x is REPLAYED for x in block.items):
-        return await _tokenize_around(fn, block, pool, stage_name, executor)
-    if kind == "tokenize":
-        if pool is None and executor is not None and getattr(fn, "releases_gil", False):
-            # The encoder runs without the GIL: the loop decodes and packs other blocks
-            # meanwhile.
-            loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(
-                executor, tokenize_batch, fn, block.items, block.provenance()
-            )
-        elif pool is not None:
-            results = await pool.run(
-                stage_name, tokenize_batch, fn, block.items, block.provenance()
-            )
-        else:
-            results = tokenize_batch(fn, block.items, block.provenance())
-        return block.with_items(results)
+    and report each; without it such an error ends the run like any other."""
     skip = on_skip is not None
     if pool is not None:
         gil_free = getattr(fn, "releases_gil", False)  # threads may run it: WorkerPool.run
@@ -190,17 +173,31 @@ async def apply_block(
     return block.kept(keep, items)
 
 
-async def _tokenize_around(
-    fn: Callable[[Any], Any], block: Block, pool: Any, stage_name: str, executor: Executor | None
+async def tokenize_block(
+    fn: Any, block: Block, pool: Any, stage_name: str, executor: Executor | None = None
 ) -> Block:
-    """Tokenize a block's items except the :data:`REPLAYED` stand-ins, which stay as they are."""
-    keep = [x is not REPLAYED for x in block.items]
-    real = [x for x in block.items if x is not REPLAYED]
-    if not real:
-        return block
-    done = await apply_block("tokenize", fn, block.kept(keep, real), pool, stage_name, executor)
-    encoded = iter(done.items)
-    return block.with_items([x if x is REPLAYED else next(encoded) for x in block.items])
+    """One block through a tokenizer, in process, on ``executor`` (a tokenizer that
+    releases the GIL: the loop decodes and packs other blocks meanwhile) or in the worker
+    pool. Items a restored shuffle will skip (:data:`~zephon.ops.windows.REPLAYED`) pass
+    untouched."""
+    if any(x is REPLAYED for x in block.items):
+        keep = [x is not REPLAYED for x in block.items]
+        real = [x for x in block.items if x is not REPLAYED]
+        if not real:
+            return block
+        done = await tokenize_block(fn, block.kept(keep, real), pool, stage_name, executor)
+        encoded = iter(done.items)
+        return block.with_items([x if x is REPLAYED else next(encoded) for x in block.items])
+    if pool is None and executor is not None and getattr(fn, "releases_gil", False):
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(
+            executor, tokenize_batch, fn, block.items, block.provenance()
+        )
+    elif pool is not None:
+        results = await pool.run(stage_name, tokenize_batch, fn, block.items, block.provenance())
+    else:
+        results = tokenize_batch(fn, block.items, block.provenance())
+    return block.with_items(results)
 
 
 async def _await_each(
@@ -315,3 +312,29 @@ def _block_of(lane: int, produced: list[tuple[Any, Any, Any]], per_item: float) 
     """The outputs as a block, weighing the fetched bytes of as many inputs."""
     return Block(lane, [p[0] for p in produced], [p[1] for p in produced],
                  [p[2] for p in produced], int(per_item * len(produced)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Apply(StreamOperator):
+    """``apply(op)``: a custom operator over a lane's items (see :func:`run_apply`). Its
+    position is part of every checkpoint whether or not the op keeps state of its own."""
+
+    name: ClassVar[str] = "apply"
+    stateful: ClassVar[bool] = True
+    per_item: ClassVar[bool] = True
+
+    fn: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]
+
+    def label(self) -> str:
+        return f"apply({_name_of(self.fn)}; in process)"
+
+    def run_now(self, samples: list[Any]) -> list[Any] | None:
+        return None  # an async generator over a stream: only a run runs it
+
+    def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
+        return run_apply(self.fn, blocks, lane.lane, lane.depth, lane.resume)
+
+
+def _name_of(fn: Any) -> str:
+    """How a step's function is named in its label."""
+    return str(getattr(fn, "__name__", type(fn).__name__))

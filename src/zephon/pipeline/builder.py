@@ -19,8 +19,14 @@ from typing import Any
 
 from zephon.engine.runner import Escaped
 from zephon.errors import ConfigError
-from zephon.ops import mixture
+from zephon.ops.batch import Batch
 from zephon.ops.block import Block
+from zephon.ops.group import BatchPerDataset
+from zephon.ops.itemops import Filter, Map
+from zephon.ops.mixture import EnsureMixture, OnSurplus, WeightBy
+from zephon.ops.operator import Operator
+from zephon.ops.shuffle import Shuffle
+from zephon.ops.transform import Apply
 from zephon.pipeline import state
 from zephon.pipeline.bridge import SyncBridge, aiterate, consuming
 from zephon.pipeline.images import ImageSteps
@@ -28,7 +34,7 @@ from zephon.pipeline.placement import placed, placement
 from zephon.pipeline.process import ProcessEngine
 from zephon.pipeline.progress import ProgressBar
 from zephon.pipeline.run import Run
-from zephon.pipeline.spec import PipelineSpec, Step, default_rank
+from zephon.pipeline.spec import PipelineSpec, default_rank
 from zephon.pipeline.text import TextSteps
 from zephon.plan import StaticMixtureWorkSource
 from zephon.storage import RetryPolicy, StorageLimits
@@ -130,15 +136,15 @@ class Pipeline(TextSteps, ImageSteps):
 
     # -- building ---------------------------------------------------------------------
 
-    def _with(self, step: Step | None = None, **changes: Any) -> Pipeline:
-        if step is not None:
-            changes["steps"] = (*self.spec.steps, step)
+    def _with(self, op: Operator | None = None, **changes: Any) -> Pipeline:
+        if op is not None:
+            changes["steps"] = (*self.spec.steps, op)
         new = object.__new__(Pipeline)
         new._init(dataclasses.replace(self.spec, **changes))
         return new
 
     def _check_before_batch(self, what: str) -> None:
-        if any(step.kind in ("batch", "batch_per_dataset") for step in self.spec.steps):
+        if any(op.batches for op in self.spec.steps):
             raise ConfigError(f"{what} after batch() is not supported; put it before batch()")
 
     def map(self, fn: Callable[[Any], Any], processes: int = 0, executor: Any = None) -> Pipeline:
@@ -147,14 +153,14 @@ class Pipeline(TextSteps, ImageSteps):
         block at a time, same output (a lambda, a closure or a notebook's function travels by
         value). ``executor=Ray(...)`` runs it on Ray actors (:mod:`zephon.executors`)."""
         inflight, remote, fn = placed(processes, executor, fn, "function")
-        return self._with(Step("map", fn, inflight, executor=remote))
+        return self._with(Map(fn, inflight, remote))
 
     def filter(
         self, pred: Callable[[Any], Any], processes: int = 0, executor: Any = None
     ) -> Pipeline:
         """Keep samples for which ``pred(sample)`` is true (sync or async); placed like map."""
         inflight, remote, pred = placed(processes, executor, pred, "predicate")
-        return self._with(Step("filter", pred, inflight, executor=remote))
+        return self._with(Filter(pred, inflight, remote))
 
     def apply(self, op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Pipeline:
         """A custom operator: ``op(stream) -> stream``, an async generator over items.
@@ -166,31 +172,31 @@ class Pipeline(TextSteps, ImageSteps):
         depends only on the latest input taken (a filter or flat-map), so on resume that
         input is fed again and the outputs already delivered are skipped.
         """
-        return self._with(Step("apply", op))
+        return self._with(Apply(op))
 
     def batch(self, size: int, drop_last: bool = False, per_dataset: bool = False) -> Pipeline:
         """Collate ``size`` samples per batch (per lane) into a dict of columns.
         ``per_dataset=True``: every batch from one dataset (datasets in mixture proportion;
         see :mod:`zephon.ops.group`)."""
-        if size < 1:
-            raise ConfigError(f"batch size must be >= 1, got {size}")
+        op = BatchPerDataset(size, drop_last) if per_dataset else Batch(size, drop_last)
         self._check_before_batch("batch")
-        kind = "batch_per_dataset" if per_dataset else "batch"
-        return self._with(Step(kind, size=size, drop_last=drop_last))
+        return self._with(op)
 
     def ensure_mixture(
-        self, weight_by: str = "samples", buffer_size: int = 1024, on_surplus: str = "emit",
+        self,
+        weight_by: WeightBy = "samples",
+        buffer_size: int = 1024,
+        on_surplus: OnSurplus = "emit",
         field: str = "input_ids",
-    ) -> Pipeline:  # fmt: skip
+    ) -> Pipeline:
         """Bring a filtered stream back to the curriculum's weights, by samples or by tokens
         (of ``field``), holding at most ``buffer_size`` items per lane; past that the surplus
         is emitted (``"emit"``) or dropped and counted in ``stats()`` (``"drop"``). Exact on
         resume; see :mod:`zephon.ops.mixture`."""
-        mixture.check_arguments(weight_by, buffer_size, on_surplus)
-        self._check_before_batch("ensure_mixture")
         weights = tuple(float(w) for w in self.spec.source.weights)
-        return self._with(Step("ensure_mixture", (weights, weight_by, field, buffer_size,
-                                                  on_surplus)))  # fmt: skip
+        op = EnsureMixture(weights, weight_by, field, buffer_size, on_surplus)
+        self._check_before_batch("ensure_mixture")
+        return self._with(op)
 
     def shuffle(
         self, buffer_size: int = 8192, seed: int | None = None, warmup: int = 64
@@ -203,7 +209,7 @@ class Pipeline(TextSteps, ImageSteps):
             raise ConfigError(f"shuffle: buffer_size {buffer_size} < 1 or warmup {warmup} < 0")
         self._check_before_batch("shuffle")
         chosen = self.spec.source.seed if seed is None else seed
-        return self._with(Step("shuffle", (chosen, warmup), size=buffer_size))
+        return self._with(Shuffle(buffer_size, chosen, warmup))
 
     def to_torch(self, pin_memory: bool = False) -> Pipeline:
         """Deliver numpy arrays as torch tensors (the ``torch`` extra); after ``batch`` too."""

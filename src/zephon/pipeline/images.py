@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from zephon.errors import ConfigError
 from zephon.ops import image, tensor
 from zephon.ops.imagelimits import MAX_PIXELS
+from zephon.ops.itemops import Map
 from zephon.ops.objects import FetchField
+from zephon.ops.operator import Operator
 from zephon.pipeline.placement import placement
-from zephon.pipeline.spec import PipelineSpec, Step
+from zephon.pipeline.spec import PipelineSpec
 
 __all__ = ["ImageSteps"]
 
@@ -27,7 +28,7 @@ _IMAGE_MODULES = (image.__name__, tensor.__name__)  # whose steps follow an imag
 class ImageSteps:
     """Steps from encoded images to fixed-size uint8 arrays; each returns a new pipeline."""
 
-    def _with(self, step: Step | None = None, **changes: Any) -> Self:
+    def _with(self, op: Operator | None = None, **changes: Any) -> Self:
         raise NotImplementedError
 
     def _check_before_batch(self, what: str) -> None:
@@ -40,18 +41,18 @@ class ImageSteps:
         if processes is None:
             steps = self.spec.steps
             before = steps[-1] if steps and executor is None else None
-            if before and before.kind == "map" and type(before.fn).__module__ in _IMAGE_MODULES:
-                return self._with(Step("map", op, before.processes, executor=before.executor))
+            if isinstance(before, Map) and type(before.fn).__module__ in _IMAGE_MODULES:
+                return self._with(Map(op, before.processes, before.executor))
             processes = 0
         inflight, remote = placement(processes, executor, op, "image step")
-        return self._with(Step("map", op, inflight, executor=remote))
+        return self._with(Map(op, inflight, remote))
 
     def _field(self, field: str | None) -> str:
         """``field``, else the field the latest image step wrote, else ``"jpg"``."""
         if field is not None:
             return field
         for step in reversed(self.spec.steps):
-            if step.kind == "map" and type(step.fn).__module__ in _IMAGE_MODULES:
+            if isinstance(step, Map) and type(step.fn).__module__ in _IMAGE_MODULES:
                 return str(getattr(step.fn, "out", step.fn.field))
         return "jpg"
 
@@ -64,11 +65,9 @@ class ImageSteps:
         per block at a time, one request each for objects up to ``guess_bytes``. A missing
         object raises ``FormatError`` naming the sample (skipped and counted under
         ``on_error="skip"``)."""
+        op = FetchField(field, out or field, prefix, guess_bytes, inflight)
         self._check_before_batch("fetch_field")
-        if inflight < 1 or guess_bytes < 1:
-            raise ConfigError("fetch_field needs inflight >= 1 and guess_bytes >= 1")
-        fetch = FetchField(field, out, prefix, guess_bytes)
-        return self._with(Step("fetch_field", fetch, size=inflight))
+        return self._with(op)
 
     def decode_image(
         self, field: str = "jpg", mode: str = "RGB", *, backend: str = "auto",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 import multiprocessing
 import time
@@ -25,6 +24,7 @@ from zephon.errors import ConfigError
 from zephon.ops.block import Block
 from zephon.ops.decode import SkipLedger
 from zephon.ops.fetch import RangeCache
+from zephon.ops.itemops import Tokenize
 from zephon.ops.merge import merge_lanes
 from zephon.pipeline.graph import build_lane
 from zephon.pipeline.resources import Resources, block_channel
@@ -207,13 +207,12 @@ async def calibrate(spec: PipelineSpec, storages: list[ManagedStorage]) -> None:
     missing = set(source.uncalibrated())
     if not missing:
         return
-    at = next((i for i, step in enumerate(spec.steps) if step.kind == "tokenize"), None)
+    at = next((i for i, op in enumerate(spec.steps) if isinstance(op, Tokenize)), None)
     if at is None:
         source._ratios()  # raises: says what to do
         return
-    tok, before = spec.steps[at].fn, spec.steps[:at]
-    if any(step.kind == "apply" or inspect.iscoroutinefunction(step.fn) for step in before
-           if step.kind in ("apply", "map", "filter")):  # fmt: skip
+    tokenize, before = spec.steps[at], spec.steps[:at]
+    if any(op.run_now([]) is None for op in before):  # an op that only a run can run
         raise ConfigError(
             "cannot measure tokens_per_byte through an async map/filter or apply() before "
             "tokenize(): pass tokens_per_byte to the work source"
@@ -234,14 +233,12 @@ async def calibrate(spec: PipelineSpec, storages: list[ManagedStorage]) -> None:
                 .sample_nbytes(np.full(len(picks), shard), np.array(picks, np.int64))
                 .sum()
             )
-        for step in before:  # the steps before tokenize, as the pipeline runs them
-            if step.kind == "map":
-                samples = [y for y in map(step.fn, samples) if y is not None]
-            elif step.kind == "filter":
-                samples = [x for x in samples if step.fn(x)]
+        for op in before:  # the steps before tokenize, as the pipeline runs them
+            samples = op.run_now(samples) or []
         # Bytes of every sample planned, tokens of those that reach the tokenizer: the
         # tokens a planned byte yields on average.
-        tokens = sum(len(s["input_ids"]) for s in tok.batch(samples)) if samples else 0
+        encoded = (tokenize.run_now(samples) or []) if samples else []
+        tokens = sum(len(s["input_ids"]) for s in encoded)
         ratios[ds.name] = max(tokens, 1) / max(nbytes, 1.0)
     source.calibrate(ratios)
 
@@ -268,14 +265,12 @@ def _budgets(spec: PipelineSpec, res: Resources) -> dict[int, CapacityGate]:
     # Other lanes start at a request's worth: when decoding is all the work, or the work
     # runs in worker processes, the slower ramp only starves it (a plain JSONL epoch 10-20%
     # slower, peers.py; images in 2 workers: first batch 1.44 -> 1.97 s, images.py).
-    in_process = any(s.kind in _WORK and not s.processes and s.executor is None
-                     for s in spec.steps)  # fmt: skip
+    in_process = any(
+        op.per_item and not op.processes and op.executor is None for op in spec.steps
+    )
     elsewhere = spec.decode_processes > 0 or any(s.processes or s.executor for s in spec.steps)
     start = 1 if in_process and not elsewhere else spec.source.max_request_bytes
     return {lane: CapacityGate(share, start) for lane in spec.my_lanes}
-
-
-_WORK = ("map", "filter", "tokenize", "fetch_field", "apply")  # steps that work per item
 
 
 def _start_order(spec: PipelineSpec, first: int, ended: list[int]) -> list[int]:

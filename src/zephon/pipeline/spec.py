@@ -7,7 +7,6 @@ produce the same stream.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -16,74 +15,27 @@ from typing import Any
 
 from zephon.errors import ConfigError
 from zephon.formats.index import StreamIndex, WholeIndex
+from zephon.ops.itemops import ItemOperator
+from zephon.ops.operator import Operator, placement_label
 from zephon.plan import StaticMixtureWorkSource
 from zephon.storage import RetryPolicy, StorageLimits
 
 BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec.block_bytes)
 
-__all__ = ["STATEFUL", "PipelineSpec", "Step", "default_rank", "fusable"]
+__all__ = ["PipelineSpec", "default_rank", "fusable"]
 
-# Steps whose position is part of a checkpoint.
-STATEFUL = ("shuffle", "pack", "apply", "batch_per_dataset", "ensure_mixture")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One operator of the chain. ``fn`` holds the kind's configuration: the user function
-    (map, filter, apply), the tokenizer, the shuffle seed or the pack parameters."""
-
-    kind: str  # "map" | "filter" | "apply" | "tokenize" | "shuffle" | "pack" | "batch"
-    fn: Any = None
-    processes: int = 0  # blocks in flight per lane off the event loop (0: in it)
-    size: int = 0
-    drop_last: bool = False
-    executor: Any = None  # a zephon.executors.Ray, or None: the pipeline's process pool
-
-    def identity(self) -> str:
-        """The step as a checkpoint knows it: where it runs does not change its output."""
-        return dataclasses.replace(self, processes=0, executor=None).label()
-
-    def label(self) -> str:
-        """How the step appears in ``explain()``."""
-        where = placed(self.processes, self.executor)
-        if self.kind in ("batch", "batch_per_dataset"):
-            per = ", per_dataset=True" if self.kind == "batch_per_dataset" else ""
-            return f"batch({self.size}, drop_last={self.drop_last}{per})"
-        if self.kind == "ensure_mixture":
-            _, weight_by, field, size, surplus = self.fn
-            return (f"ensure_mixture(weight_by={weight_by}, field={field!r}, buffer_size={size}, "
-                    f"on_surplus={surplus})")  # fmt: skip
-        if self.kind == "shuffle":
-            seed, warmup = self.fn
-            parts = f", warmup={warmup}" if 0 < warmup < self.size else ""
-            return f"shuffle(buffer_size={self.size}, seed={seed}{parts})"
-        if self.kind == "pack":
-            return str(self.fn.label())
-        if self.kind == "fetch_field":
-            return str(self.fn.__name__)  # how many reads are in flight changes nothing
-        if self.kind == "tokenize" and hasattr(self.fn, "describe"):
-            return f"{self.fn.describe()[:-1]}; {where})"
-        if self.kind == "tokenize":
-            t = self.fn
-            return (f"tokenize({t.kind}, field={t.field!r}, max_length={t.max_length}, "
-                    f"bos={t.bos}, eos={t.eos}; {where})")  # fmt: skip
-        name = getattr(self.fn, "__name__", type(self.fn).__name__) if self.fn is not None else ""
-        return f"{self.kind}({name}; {where})"
-
-
-def fusable(before: Step, after: Step) -> bool:
+def fusable(before: Operator, after: Operator) -> bool:
     """Whether ``after`` runs in the same worker call as ``before``: both maps or filters
     on the same workers (the pool, or the same Ray executor)."""
-    kinds = ("map", "filter")
-    return (before.kind in kinds and after.kind in kinds and before.processes > 0
-            and after.processes > 0 and before.executor == after.executor)  # fmt: skip
-
-
-def placed(processes: int, executor: Any) -> str:
-    """Where a step runs, for ``explain()``."""
-    if executor is not None:
-        return f"{executor!r}, {processes} blocks in flight per lane"
-    return f"{processes} processes" if processes else "in process"
+    return (
+        isinstance(before, ItemOperator)
+        and isinstance(after, ItemOperator)
+        and before.fusable
+        and after.fusable
+        and before.processes > 0
+        and after.processes > 0
+        and before.executor == after.executor
+    )
 
 
 def default_rank() -> tuple[int, int]:
@@ -121,7 +73,7 @@ class PipelineSpec:
     cache_dir: str | None = None
     cache_limit_bytes: int = 64 << 30
     provenance: bool = False
-    steps: tuple[Step, ...] = ()
+    steps: tuple[Operator, ...] = ()
     convert: Callable[[Any], Any] | None = None
     engine: str = "thread"
 
@@ -188,13 +140,12 @@ class PipelineSpec:
 
     @property
     def stateful_steps(self) -> int:
-        return sum(step.kind in STATEFUL for step in self.steps)
+        return sum(op.stateful for op in self.steps)
 
     @property
     def stateful_prefix(self) -> int:
         """Steps up to and including the last stateful one (those a handover replays)."""
-        return max((i + 1 for i, step in enumerate(self.steps) if step.kind in STATEFUL),
-                   default=0)  # fmt: skip
+        return max((i + 1 for i, op in enumerate(self.steps) if op.stateful), default=0)
 
     def pool_size(self) -> int:
         """Worker processes the run needs: the most any step placed on the pool asks for."""
@@ -205,7 +156,10 @@ class PipelineSpec:
         """The modules of the functions run in worker processes (what a worker imports
         before its first block), the decoders' included."""
         fns = [d.codec for d in self.source.datasets] if self.decode_processes else []
-        fns += [step.fn for step in self.steps if step.processes and step.executor is None]
+        fns += [
+            op.fn for op in self.steps if isinstance(op, ItemOperator) and op.processes
+            and op.executor is None
+        ]  # fmt: skip
         names = [getattr(fn, "__module__", None) or type(fn).__module__ for fn in fns]
         names = [n for n in names if n and n != "__main__"]
         # and what those modules import lazily, for their workers (e.g. the JPEG decoder)
@@ -231,7 +185,7 @@ class PipelineSpec:
         """The planned stages and their concurrency, as text."""
         ws = self.source
         names = ", ".join(f"{d.name} ({d.format}, {d.num_samples} samples)" for d in ws.datasets)
-        decode = placed(self.decode_processes, self.decode_executor)
+        decode = placement_label(self.decode_processes, self.decode_executor)
         if self.on_error == "skip":
             decode += ", skip bad samples"
         lines = [

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from zephon.ops.pack import Packing
+from zephon.ops.itemops import Map, Tokenize
+from zephon.ops.operator import Operator
+from zephon.ops.pack import PackAlgorithm, Packing
 from zephon.ops.training import PositionIds
+from zephon.ops.transform import Apply
 from zephon.pipeline.placement import placement
-from zephon.pipeline.spec import Step
 
 __all__ = ["TextSteps"]
 
@@ -16,7 +18,7 @@ __all__ = ["TextSteps"]
 class TextSteps:
     """Steps from text to training rows; each returns a new pipeline."""
 
-    def _with(self, step: Step | None = None, **changes: Any) -> Self:
+    def _with(self, op: Operator | None = None, **changes: Any) -> Self:
         raise NotImplementedError
 
     def _check_before_batch(self, what: str) -> None:
@@ -53,8 +55,8 @@ class TextSteps:
         inflight, remote = placement(processes, executor, None, "tokenizer")
         tok, split = tokenize_ops(tokenizer, field, max_length, bos, eos, special_tokens,
                                   split_long_samples, padding, pad_id, attention_mask)  # fmt: skip
-        out = self._with(Step("tokenize", tok, inflight, executor=remote))
-        return out._with(Step("apply", split)) if split is not None else out
+        out = self._with(Tokenize(tok, inflight, remote))
+        return out._with(Apply(split)) if split is not None else out
 
     def tokenize_chat(
         self,
@@ -75,7 +77,7 @@ class TextSteps:
         self._check_before_batch("tokenize_chat")
         inflight, remote = placement(processes, executor, None, "tokenizer")
         tok = ChatTokenize(tokenizer, field, chat_template, max_length, loss_on)
-        return self._with(Step("tokenize", tok, inflight, executor=remote))
+        return self._with(Tokenize(tok, inflight, remote))
 
     def to_training(
         self,
@@ -97,12 +99,12 @@ class TextSteps:
         fn = ToTraining(
             ignore_index, dtype, attention_mask, shift, rename_fields, field, position_ids
         )
-        return self._with(Step("map", fn, 0))
+        return self._with(Map(fn))
 
     def pack(
         self,
         seq_len: int,
-        algorithm: str = "concat",
+        algorithm: PackAlgorithm = "concat",
         pad_id: int = 0,
         field: str = "input_ids",
         window: int = 1024,
@@ -116,7 +118,7 @@ class TextSteps:
     def pack_sequences(
         self,
         max_length: int,
-        algorithm: str = "best_fit",
+        algorithm: PackAlgorithm = "best_fit",
         pad_id: int = 0,
         field: str = "input_ids",
         window: int = 1024,
@@ -135,6 +137,6 @@ class TextSteps:
         return self._pack(Packing(max_length, algorithm, pad_id, field, window, chosen,
                                   min_sequence_length, max_sequences_per_bin))  # fmt: skip
 
-    def _pack(self, packing: Any) -> Self:
+    def _pack(self, packing: Packing) -> Self:
         self._check_before_batch("pack")
-        return self._with(Step("pack", packing))
+        return self._with(packing)
