@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from zephon.engine.channel import Channel, closing
-from zephon.engine.runner import timed_receive, timed_send
+from zephon.engine.channel import Channel
+from zephon.engine.runner import forward, timed_receive
 from zephon.engine.stats import StageStats
 from zephon.ops.block import Block, Interleaved
 
@@ -25,6 +25,20 @@ async def merge_lanes(
     names: Sequence[int] = (),
     max_bytes: int = 1 << 62,
 ) -> None:
+    """The merge stage: :func:`merged` into ``out``."""
+    blocks = merged(lanes, stats, deterministic, first, ended, names, max_bytes)
+    await forward(blocks, out, stats)
+
+
+async def merged(
+    lanes: Sequence[Channel[Block]],
+    stats: StageStats,
+    deterministic: bool,
+    first: int = 0,
+    ended: Sequence[int] = (),
+    names: Sequence[int] = (),
+    max_bytes: int = 1 << 62,
+) -> AsyncIterator[Block]:
     """One item from each lane in turn (a lane that ended is skipped from then on). With
     ``deterministic=False``, whichever lane has items ready goes first.
 
@@ -44,96 +58,101 @@ async def merge_lanes(
     rows = Interleaved()  # where the items came from, kept as runs of lane blocks
     nbytes = 0.0
 
-    async def flush() -> None:
+    def flush() -> list[Block]:
+        """The items taken so far as a block (none if there are none)."""
         nonlocal items, rows, nbytes
-        if items:
-            stats.items_out += len(items)
-            block = Block(-1, items, nbytes=int(nbytes), rows=rows)
-            block.extra["ended"] = frozenset(finished)
-            await timed_send(out, block, stats)
-            items, rows, nbytes = [], Interleaved(), 0.0
+        if not items:
+            return []
+        block = Block(-1, items, nbytes=int(nbytes), rows=rows)
+        block.extra["ended"] = frozenset(finished)
+        items, rows, nbytes = [], Interleaved(), 0.0
+        return [block]
 
-    with closing(out):
-        turn = active.index(first) if first in active else 0
-        while active:
-            if not deterministic:
-                ready = [i for i in active if buffers[i] is not None or len(lanes[i])]
-                if ready and active[turn % len(active)] not in ready:
-                    turn = active.index(ready[0])
-            if (
-                deterministic
-                and len(active) > 1
-                and all(
-                    buffers[i] is not None and buffers[i][1] < len(buffers[i][0].items)  # type: ignore[index]
-                    for i in active
-                )
-            ):
-                # Every lane has items buffered: take whole rounds at once (zip interleaves
-                # in C), starting with the lane whose turn it is.
-                start = turn % len(active)
-                order = active[start:] + active[:start]
-                entries = [buffers[i] for i in order]
-                take = min(len(e[0].items) - e[1] for e in entries)  # type: ignore[index]
-                columns = [e[0].items[e[1] : e[1] + take] for e in entries]  # type: ignore[index]
-                items.extend(x for group in zip(*columns, strict=True) for x in group)
-                rows.add(list(entries), take)  # type: ignore[arg-type]
-                for i, e in zip(order, entries, strict=True):
-                    buffers[i] = (e[0], e[1] + take)  # type: ignore[index]
-                    nbytes += _per_item(e[0]) * take  # type: ignore[index]
-                if len(items) >= _FLUSH_ITEMS or nbytes >= max_bytes:
-                    await flush()
+    turn = active.index(first) if first in active else 0
+    while active:
+        if not deterministic:
+            ready = [i for i in active if buffers[i] is not None or len(lanes[i])]
+            if ready and active[turn % len(active)] not in ready:
+                turn = active.index(ready[0])
+        if (
+            deterministic
+            and len(active) > 1
+            and all(
+                buffers[i] is not None and buffers[i][1] < len(buffers[i][0].items)  # type: ignore[index]
+                for i in active
+            )
+        ):
+            # Every lane has items buffered: take whole rounds at once (zip interleaves
+            # in C), starting with the lane whose turn it is.
+            start = turn % len(active)
+            order = active[start:] + active[:start]
+            entries = [buffers[i] for i in order]
+            take = min(len(e[0].items) - e[1] for e in entries)  # type: ignore[index]
+            columns = [e[0].items[e[1] : e[1] + take] for e in entries]  # type: ignore[index]
+            items.extend(x for group in zip(*columns, strict=True) for x in group)
+            rows.add(list(entries), take)  # type: ignore[arg-type]
+            for i, e in zip(order, entries, strict=True):
+                buffers[i] = (e[0], e[1] + take)  # type: ignore[index]
+                nbytes += _per_item(e[0]) * take  # type: ignore[index]
+            if len(items) >= _FLUSH_ITEMS or nbytes >= max_bytes:
+                for b in flush():
+                    yield b
+            continue
+        if len(active) == 1:
+            # A single lane: its blocks go through whole.
+            lane = active[0]
+            entry, buffers[lane] = buffers[lane], None
+            if entry is not None and entry[1] < len(entry[0].items):
+                block, i = entry
+                items.extend(block.items[i:])
+                rows.add([(block, i)], len(block.items) - i)
+                nbytes += _per_item(block) * (len(block.items) - i)
+                for b in flush():
+                    yield b
                 continue
-            if len(active) == 1:
-                # A single lane: its blocks go through whole.
-                lane = active[0]
-                entry, buffers[lane] = buffers[lane], None
-                if entry is not None and entry[1] < len(entry[0].items):
-                    block, i = entry
-                    items.extend(block.items[i:])
-                    rows.add([(block, i)], len(block.items) - i)
-                    nbytes += _per_item(block) * (len(block.items) - i)
-                    await flush()
-                    continue
-                await flush()
-                try:
-                    block = await timed_receive(lanes[lane], stats)
-                except StopAsyncIteration:
-                    active.remove(lane)
-                    if names:
-                        finished.add(names[lane])
-                    continue
-                stats.items_in += len(block.items)
-                if block.items:
-                    stats.items_out += len(block.items)
-                    await timed_send(out, block.with_extra(ended=frozenset(finished)), stats)
-                continue
-            lane = active[turn % len(active)]
-            entry = buffers[lane]
-            while entry is None or entry[1] >= len(entry[0].items):
-                if not len(lanes[lane]):
-                    await flush()
-                try:
-                    block = await timed_receive(lanes[lane], stats)
-                except StopAsyncIteration:
-                    entry = None
-                    break
-                stats.items_in += len(block.items)
-                entry = (block, 0)
-            if entry is None:
-                buffers[lane] = None
+            for b in flush():
+                yield b
+            try:
+                block = await timed_receive(lanes[lane], stats)
+            except StopAsyncIteration:
                 active.remove(lane)
                 if names:
                     finished.add(names[lane])
                 continue
-            block, i = entry
-            items.append(block.items[i])
-            rows.add([(block, i)], 1)
-            buffers[lane] = (block, i + 1)
-            nbytes += _per_item(block)
-            turn = (active.index(lane) + 1) % len(active)
-            if len(items) >= _FLUSH_ITEMS or nbytes >= max_bytes:
-                await flush()
-        await flush()
+            stats.items_in += len(block.items)
+            if block.items:
+                yield block.with_extra(ended=frozenset(finished))
+            continue
+        lane = active[turn % len(active)]
+        entry = buffers[lane]
+        while entry is None or entry[1] >= len(entry[0].items):
+            if not len(lanes[lane]):
+                for b in flush():
+                    yield b
+            try:
+                block = await timed_receive(lanes[lane], stats)
+            except StopAsyncIteration:
+                entry = None
+                break
+            stats.items_in += len(block.items)
+            entry = (block, 0)
+        if entry is None:
+            buffers[lane] = None
+            active.remove(lane)
+            if names:
+                finished.add(names[lane])
+            continue
+        block, i = entry
+        items.append(block.items[i])
+        rows.add([(block, i)], 1)
+        buffers[lane] = (block, i + 1)
+        nbytes += _per_item(block)
+        turn = (active.index(lane) + 1) % len(active)
+        if len(items) >= _FLUSH_ITEMS or nbytes >= max_bytes:
+            for b in flush():
+                yield b
+    for b in flush():
+        yield b
 
 
 def _per_item(block: Block) -> float:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from zephon.engine.channel import Channel, closing
-from zephon.engine.runner import ordered, start_stage, timed_receive, timed_send
+from zephon.engine.runner import forward, ordered, start_stage, timed_receive, timed_send
 from zephon.engine.stats import StageStats
 from zephon.errors import redact_uri
 from zephon.ops.block import Block, ChunkRows
@@ -98,7 +98,8 @@ async def _handover(
     up to its cut, its stateful steps flushing what they held), then its own curriculum.
     Residue items are marked with a :class:`Residue` so a checkpoint can say where they are."""
     residues = resume["residues"]
-    with closing(out):
+
+    async def handed() -> AsyncIterator[Block]:
         for k, record in enumerate(residues):
             zeros, at = residue_resume(spec, record)
             rest = tuple(residues[k + 1 :])
@@ -107,14 +108,13 @@ async def _handover(
                                f"{lane}<{record['lane']}", lane)  # fmt: skip
             async for block in counted(segment, stats):
                 marks = [new_mark(lane, Residue(record, m, rest), 0, zeros) for m in block.marks]
-                stats.items_out += len(block.items)
-                await timed_send(out, Block(lane, block.items, block.refs, marks, block.nbytes,
-                                            block.extra), stats)  # fmt: skip
+                yield Block(lane, block.items, block.refs, marks, block.nbytes, block.extra)
         own = {key: value for key, value in resume.items() if key != "residues"}
         async for block in counted(_segment(tg, spec, res, lane, spec.lanes, own, history),
                                     stats):  # fmt: skip
-            stats.items_out += len(block.items)
-            await timed_send(out, block, stats)
+            yield block
+
+    await forward(handed(), out, stats)
 
 
 def _fetch(
