@@ -6,6 +6,7 @@ import sys
 import time
 from typing import Any
 
+from zephon.choices import ShuffleMode
 from zephon.dataset import Dataset
 from zephon.errors import ZephonError
 
@@ -14,7 +15,7 @@ __all__ = ["run_bench"]
 
 def run_bench(
     path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, seconds: float,
-    shuffle: str, processes: int, lanes: int,
+    shuffle: ShuffleMode, processes: int, lanes: int,
 ) -> int:  # fmt: skip
     """Discover ``path``, stream it (repeating if it ends) for ``seconds`` and print samples/s,
     MB/s, the time to the first sample, fetch latency percentiles and the busiest stage."""

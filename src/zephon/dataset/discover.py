@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zephon.choices import DatasetFormat, choices
 from zephon.dataset.builders import build_jsonl, build_parquet, build_records, build_tar
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
 from zephon.dataset.locate import locate, read_whole
@@ -46,7 +47,7 @@ from zephon.storage.uri import scheme_of
 
 __all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
 
-FORMATS = ("jsonl", "parquet", "mds", "webdataset", "litdata", "vortex")
+FORMATS: tuple[str, ...] = choices(DatasetFormat)
 AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex
 _GLOB = re.compile(r"[*?\[]")
 _SHARD_CONCURRENCY = 32

@@ -39,12 +39,13 @@ from typing import Any
 
 import numpy as np
 
+from zephon.choices import LossOn, choices
 from zephon.errors import ConfigError, FormatError
 from zephon.ops.tokenize import _BOS_NAMES, _EOS_NAMES, Tokenize
 
 __all__ = ["ChatTokenize"]
 
-LOSS_ON = ("assistant", "last", "all")
+LOSS_ON: tuple[str, ...] = choices(LossOn)
 PREFIX_DIFF_CHARS = 16_000_000  # characters prefix-diff may render for one conversation
 
 
@@ -123,7 +124,7 @@ class ChatTokenize:
 
     def __init__(
         self, tokenizer: Any, field: str = "messages", chat_template: str | None = None,
-        max_length: int | None = None, loss_on: str = "assistant",
+        max_length: int | None = None, loss_on: LossOn = "assistant",
     ) -> None:  # fmt: skip
         self.encoder = Tokenize(tokenizer, bos=False, eos=False)
         if self.encoder.kind not in ("tokenizers", "transformers"):

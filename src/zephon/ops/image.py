@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from zephon.choices import ImageBackend, ImageMode, ResizeBackend, choices
 from zephon.context import sample_pass
 from zephon.errors import ConfigError, FormatError
 from zephon.ops import jpeg
@@ -45,7 +46,7 @@ _JPEG = b"\xff\xd8\xff"
 T = TypeVar("T")
 # imported lazily; a worker pool preloads them
 WORKER_IMPORTS = ("simplejpeg", "PIL.Image", "cv2")
-RESIZERS = ("auto", "opencv", "pillow")
+RESIZERS: tuple[str, ...] = choices(ResizeBackend)
 
 
 class _Step:
@@ -151,12 +152,12 @@ def _to_mode(image: np.ndarray, mode: str) -> np.ndarray:
 class DecodeImage(_Step):
     """``sample[field]`` (encoded bytes) -> a uint8 array in ``sample[out or field]``."""
 
-    def __init__(self, field: str, mode: str = "RGB", backend: str = "auto",
+    def __init__(self, field: str, mode: ImageMode = "RGB", backend: ImageBackend = "auto",
                  max_size: int | None = None, out: str | None = None,
                  max_pixels: int | None = MAX_PIXELS) -> None:  # fmt: skip
-        if backend not in ("auto", "simplejpeg", "pillow"):
+        if backend not in choices(ImageBackend):
             raise ConfigError(f"backend must be 'auto', 'simplejpeg' or 'pillow', got {backend!r}")
-        if mode not in ("RGB", "L", "RGBA"):
+        if mode not in choices(ImageMode):
             raise ConfigError(f"mode must be 'RGB', 'L' or 'RGBA', got {mode!r}")
         self.field, self.mode, self.backend, self.max_size = field, mode, backend, max_size
         self.max_pixels = max_pixels
@@ -279,7 +280,9 @@ def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
 class Resize(_Step):
     """To ``size`` (``(height, width)``), or with the shorter side at ``size`` (an int)."""
 
-    def __init__(self, size: int | tuple[int, int], field: str, backend: str = "auto") -> None:
+    def __init__(
+        self, size: int | tuple[int, int], field: str, backend: ResizeBackend = "auto"
+    ) -> None:
         self.size, self.field, self.backend = size, field, _resizer(backend)
         self.__name__ = f"resize({size!r}, field={field!r}{_named(backend)})"
 
@@ -319,8 +322,15 @@ class RandomResizedCrop(_Step):
     ``size``; the draw is keyed by the sample and ``seed`` (module docstring). After ten
     draws that do not fit, the central crop of the nearest ratio, as torchvision does."""
 
-    def __init__(self, size: int | tuple[int, int], field: str, scale: tuple[float, float],
-                 ratio: tuple[float, float], seed: int, backend: str = "auto") -> None:  # fmt: skip
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        field: str,
+        scale: tuple[float, float],
+        ratio: tuple[float, float],
+        seed: int,
+        backend: ResizeBackend = "auto",
+    ) -> None:
         self.size, self.field, self.seed = _pair(size), field, seed
         self.scale, self.ratio, self.backend = scale, ratio, _resizer(backend)
         self.__name__ = (f"random_resized_crop({size!r}, field={field!r}, scale={scale}, "

@@ -21,18 +21,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, get_args
 
+from zephon.choices import OnSurplus, WeightBy
 from zephon.engine.stats import StageStats
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, dataset_of
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
 from zephon.ops.operator import LaneContext, StreamOperator
 
-__all__ = ["EnsureMixture", "OnSurplus", "WeightBy", "ensure_mixture"]
-
-WeightBy = Literal["samples", "tokens"]
-OnSurplus = Literal["emit", "drop"]
+__all__ = ["EnsureMixture", "ensure_mixture"]
 
 _EPS = 1e-9
 

@@ -25,19 +25,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, get_args
 
 import numpy as np
 
+from zephon.choices import PackAlgorithm
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, ref_at
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
 from zephon.ops.operator import LaneContext, StreamOperator
 from zephon.ops.windows import windowed
 
-__all__ = ["PACK_ALGORITHMS", "PackAlgorithm", "Packing", "pack_blocks"]
+__all__ = ["PACK_ALGORITHMS", "Packing", "pack_blocks"]
 
-PackAlgorithm = Literal["concat", "first_fit", "best_fit", "best_fit_wrap"]
 PACK_ALGORITHMS: tuple[str, ...] = get_args(PackAlgorithm)
 _OWN = ("positions", "segment_ids")
 

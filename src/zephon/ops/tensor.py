@@ -10,13 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from zephon.choices import TensorDtype, TensorLayout, choices
 from zephon.errors import ConfigError
 from zephon.ops.image import channels_first
 
 __all__ = ["ToTensor"]
 
 _LAYOUTS = {"CHW": "CHW", "NCHW": "CHW", "HWC": "HWC", "NHWC": "HWC"}
-_DTYPES = ("uint8", "float32", "float16")
+_DTYPES: tuple[str, ...] = choices(TensorDtype)
 
 
 class ToTensor:
@@ -26,24 +27,24 @@ class ToTensor:
     normalised: ``(x / 255 - mean) / std``, as one multiply-add over the array. A gray
     ``HxW`` image gets one channel."""
 
-    def __init__(self, field: str, layout: str = "CHW", dtype: Any = "uint8",
+    def __init__(self, field: str, layout: TensorLayout = "CHW", dtype: TensorDtype = "uint8",
                  mean: Any = None, std: Any = None) -> None:  # fmt: skip
         if str(layout).upper() not in _LAYOUTS:
             raise ConfigError(f"layout must be one of {sorted(_LAYOUTS)}, got {layout!r}")
-        layout, dtype = str(layout).upper(), _dtype_name(dtype)
-        if dtype not in _DTYPES:
+        upper, name = str(layout).upper(), _dtype_name(dtype)  # numpy dtypes are accepted too
+        if name not in _DTYPES:
             raise ConfigError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
         if (mean is None) != (std is None):
             raise ConfigError("to_tensor needs both mean and std, or neither")
-        if mean is not None and dtype == "uint8":
+        if mean is not None and name == "uint8":
             raise ConfigError("normalising (mean, std) needs dtype='float32' or 'float16'")
-        self.field, self.layout, self.dtype = field, _LAYOUTS[layout], dtype
+        self.field, self.layout, self.dtype = field, _LAYOUTS[upper], name
         self.mean = None if mean is None else np.atleast_1d(np.asarray(mean, np.float32))
         self.std = None if std is None else np.atleast_1d(np.asarray(std, np.float32))
         if self.std is not None and not (self.std > 0).all():
             raise ConfigError(f"std must be > 0, got {std!r}")
         norm = "" if mean is None else f", mean={_floats(mean)}, std={_floats(std)}"
-        self.__name__ = f"to_tensor(field={field!r}, layout={self.layout!r}, dtype={dtype!r}{norm})"
+        self.__name__ = f"to_tensor(field={field!r}, layout={self.layout!r}, dtype={name!r}{norm})"
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         image = sample[self.field]

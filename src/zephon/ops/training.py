@@ -25,15 +25,15 @@ Long targets). ``rename_fields`` renames outputs last (e.g. ``{"input_ids": "tok
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from zephon.choices import PositionIds
 from zephon.errors import ConfigError
 
 __all__ = ["POSITION_IDS", "PositionIds", "ToTraining"]
 
-PositionIds = Literal["row", "document"]
 POSITION_IDS: tuple[PositionIds, ...] = ("row", "document")
 
 

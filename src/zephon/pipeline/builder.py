@@ -17,13 +17,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, 
 from functools import partial
 from typing import Any
 
+from zephon.choices import Engine, OnError, OnSurplus, WeightBy
 from zephon.engine.runner import Escaped
 from zephon.errors import ConfigError
 from zephon.ops.batch import Batch
 from zephon.ops.block import Block
 from zephon.ops.group import BatchPerDataset
 from zephon.ops.itemops import Filter, Map
-from zephon.ops.mixture import EnsureMixture, OnSurplus, WeightBy
+from zephon.ops.mixture import EnsureMixture
 from zephon.ops.operator import Operator
 from zephon.ops.shuffle import Shuffle
 from zephon.ops.transform import Apply
@@ -87,7 +88,7 @@ class Pipeline(TextSteps, ImageSteps):
         lanes: int | None = None,
         *,
         deterministic: bool = True,
-        on_error: str = "raise",
+        on_error: OnError = "raise",
         max_skipped: int = 1000,
         fetch_budget_bytes: int = 256 << 20,
         max_inflight_requests: int = 64,
@@ -99,7 +100,7 @@ class Pipeline(TextSteps, ImageSteps):
         cache_dir: str | None = None,
         cache_limit_bytes: int = 64 << 30,
         provenance: bool = False,
-        engine: str = "thread",
+        engine: Engine = "thread",
     ) -> None:
         if rank is None or world_size is None:
             env_rank, env_world = default_rank()

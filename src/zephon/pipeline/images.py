@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from zephon.choices import ImageBackend, ImageMode, ResizeBackend, TensorDtype, TensorLayout
 from zephon.ops import image, tensor
 from zephon.ops.imagelimits import MAX_PIXELS
 from zephon.ops.itemops import Map
@@ -70,7 +71,7 @@ class ImageSteps:
         return self._with(op)
 
     def decode_image(
-        self, field: str = "jpg", mode: str = "RGB", *, backend: str = "auto",
+        self, field: str = "jpg", mode: ImageMode = "RGB", *, backend: ImageBackend = "auto",
         max_size: int | None = None, out: str | None = None, processes: int | None = None,
         executor: Any = None, max_pixels: int | None = MAX_PIXELS,
     ) -> Self:  # fmt: skip
@@ -87,7 +88,7 @@ class ImageSteps:
         return self._image_step(op, processes, executor)
 
     def resize(self, size: int | tuple[int, int], field: str | None = None, *,
-               backend: str = "auto", processes: int | None = None,
+               backend: ResizeBackend = "auto", processes: int | None = None,
                executor: Any = None) -> Self:  # fmt: skip
         """Resize ``sample[field]`` (default: the field the image step before wrote, else
         ``"jpg"``; so for every step below) to ``(height, width)``, or the shorter side to
@@ -106,7 +107,7 @@ class ImageSteps:
     def random_resized_crop(
         self, size: int | tuple[int, int], field: str | None = None, *,
         scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        seed: int | None = None, backend: str = "auto", processes: int | None = None,
+        seed: int | None = None, backend: ResizeBackend = "auto", processes: int | None = None,
         executor: Any = None,
     ) -> Self:  # fmt: skip
         """A crop of random area and aspect ratio resized to ``size`` (as :meth:`resize`, by
@@ -132,7 +133,8 @@ class ImageSteps:
         return self._image_step(image.ToCHW(self._field(field)), processes, executor)
 
     def to_tensor(
-        self, field: str | None = None, *, layout: str = "CHW", dtype: Any = "uint8",
+        self, field: str | None = None, *, layout: TensorLayout = "CHW",
+        dtype: TensorDtype = "uint8",
         mean: Any = None, std: Any = None, processes: int | None = None,
         executor: Any = None,
     ) -> Self:  # fmt: skip

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zephon.choices import Engine, OnError
 from zephon.errors import ConfigError
 from zephon.formats.index import StreamIndex, WholeIndex
 from zephon.ops.itemops import ItemOperator
@@ -60,7 +61,7 @@ class PipelineSpec:
     world_size: int
     lanes: int
     deterministic: bool = True
-    on_error: str = "raise"
+    on_error: OnError = "raise"
     max_skipped: int = 1000
     fetch_budget_bytes: int = 256 << 20
     max_inflight_requests: int = 64
@@ -75,7 +76,7 @@ class PipelineSpec:
     provenance: bool = False
     steps: tuple[Operator, ...] = ()
     convert: Callable[[Any], Any] | None = None
-    engine: str = "thread"
+    engine: Engine = "thread"
 
     def __post_init__(self) -> None:
         if self.engine not in ("thread", "process"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from zephon.choices import LossOn, PackAlgorithm, Padding, PositionIds, SpecialTokens
 from zephon.ops.itemops import Map, Tokenize
 from zephon.ops.operator import Operator
-from zephon.ops.pack import PackAlgorithm, Packing
-from zephon.ops.training import PositionIds
+from zephon.ops.pack import Packing
 from zephon.ops.transform import Apply
 from zephon.pipeline.placement import placement
 
@@ -33,9 +33,9 @@ class TextSteps:
         eos: bool | int = True,
         processes: int = 0,
         *,
-        special_tokens: str | None = None,
+        special_tokens: SpecialTokens | None = None,
         split_long_samples: bool = False,
-        padding: bool | str = False,
+        padding: Padding = False,
         pad_id: int = 0,
         attention_mask: bool = False,
         executor: Any = None,
@@ -64,7 +64,7 @@ class TextSteps:
         field: str = "messages",
         chat_template: str | None = None,
         max_length: int | None = None,
-        loss_on: str = "assistant",
+        loss_on: LossOn = "assistant",
         processes: int = 0,
         executor: Any = None,
     ) -> Self:

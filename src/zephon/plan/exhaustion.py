@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from zephon.choices import ExhaustedPolicy, choices
 from zephon.errors import ConfigError
 
 __all__ = ["POLICIES", "Exhaustion", "per_dataset"]
 
-POLICIES = ("repeat", "stop")
+POLICIES: tuple[str, ...] = choices(ExhaustedPolicy)
 
 
 def per_dataset(arg: str, value: Any, names: Sequence[str], default: Any) -> list[Any]:

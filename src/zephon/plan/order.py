@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 
 from zephon.arrays import distinct, per_distinct
+from zephon.choices import ShuffleMode, choices
 from zephon.plan.manifest import Manifest
 from zephon.plan.permute import key_of, permute, permute_keyed
 
 __all__ = ["SHUFFLES", "DatasetOrder"]
 
-SHUFFLES = ("none", "shards", "block", "global")
+SHUFFLES: tuple[str, ...] = choices(ShuffleMode)
 _PASS_CACHE = 2  # a lane straddles at most two passes at once
 
 

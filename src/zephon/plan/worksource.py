@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from zephon.choices import ExhaustedPolicy, MixtureUnit, ShuffleMode, choices
 from zephon.errors import ConfigError, StateMismatch
 from zephon.plan.coalesce import cut_requests
 from zephon.plan.exhaustion import Exhaustion
@@ -25,7 +26,7 @@ from zephon.refs import Cursor, RangeRequest
 
 __all__ = ["StaticMixtureWorkSource", "WorkChunk"]
 
-_UNITS = ("samples", "tokens")
+_UNITS: tuple[str, ...] = choices(MixtureUnit)
 
 
 class StaticMixtureWorkSource:
@@ -76,15 +77,15 @@ class StaticMixtureWorkSource:
         mixture: Mapping[str, float] | None = None,
         *,
         seed: int = 0,
-        shuffle: str = "block",
+        shuffle: ShuffleMode = "block",
         block_size: int | None = None,
         run_size: int | None = None,
         chunk_size: int | None = None,
-        exhausted_policy: str | Mapping[str, str] = "repeat",
+        exhausted_policy: ExhaustedPolicy | Mapping[str, ExhaustedPolicy] = "repeat",
         stop_after_passes: int | None = 1,
         max_repeats: int | Mapping[str, int | None] | None = None,
         reshuffle_on_repeat: bool | Mapping[str, bool] = True,
-        mixture_unit: str = "samples",
+        mixture_unit: MixtureUnit = "samples",
         tokens_per_byte: Mapping[str, float] | float | None = None,
         coalesce_gap_bytes: int = 64 * 1024,
         max_request_bytes: int = 8 << 20,
