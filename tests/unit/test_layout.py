@@ -84,3 +84,17 @@ def test_modules_stay_small_and_long_functions_say_why() -> None:
                 if lines > 60 and "Long because" not in doc:
                     too_long.append(f"{name}.{node.name}: {lines} lines")
     assert too_long == []
+
+
+def test_every_package_docstring_maps_its_modules() -> None:
+    """A reader opening a package finds every module in its docstring's table."""
+    missing = []
+    for init in sorted(SRC.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for module in sorted(init.parent.glob("*.py")):
+            if module.name != "__init__.py" and f"``{module.stem}``" not in doc:
+                missing.append(f"{init.parent.name}/{module.name}")
+    assert sorted(p.parent.name for p in SRC.glob("*/__init__.py")) == sorted(
+        p.name for p in SRC.iterdir() if p.is_dir() and any(p.glob("*.py"))
+    ), "a package without an __init__.py (and so without a docstring)"
+    assert missing == []

@@ -1,4 +1,12 @@
-"""The ``zephon`` command line: ``inspect``, ``index``, ``bench`` and ``demo``."""
+"""The ``zephon`` command line: ``inspect``, ``index``, ``bench`` and ``demo``.
+
+| module | owns |
+| --- | --- |
+| ``__main__`` | ``python -m zephon.cli`` |
+| ``bench`` | ``zephon bench PATH``: read a dataset for a while and say how fast |
+| ``datasets`` | ``zephon inspect`` and ``zephon index`` |
+| ``demo`` | ``zephon demo``: a real pipeline over generated data in an embedded local S3 ser |
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""Datasets: discovery of shards and sample counts from metadata only."""
+"""Datasets: discovery of shards and sample counts from metadata only.
+
+| module | owns |
+| --- | --- |
+| ``builders`` | Per-format index building: the only place where discovery reads shard bytes |
+| ``cache`` | Where shard indexes are kept between runs |
+| ``core`` | The Dataset: a named, ordered collection of shards with known sample counts |
+| ``discover`` | Discovery: from a path to a :class:`~zephon.dataset.core.Dataset` |
+| ``lance`` | Lance datasets (``pylance``, the ``lance`` extra): fragments are shards |
+| ``locate`` | Where a dataset is: the objects a path names |
+| ``names`` | What object names say: the format an extension implies, shard order |
+| ``vortex`` | Vortex files (``vortex-data`` |
+"""
 
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
 from zephon.dataset.core import Dataset

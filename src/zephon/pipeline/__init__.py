@@ -2,13 +2,21 @@
 
 | module | owns |
 | --- | --- |
-| ``spec`` | the frozen, validated description (``PipelineSpec``, ``Step``) |
-| ``builder`` | ``Pipeline``: fluent methods, iteration, checkpoint/restore entry points |
-| ``graph`` | one lane's stages, one small function per stage kind |
-| ``run`` | one running instance: resources, task group, stats, token calibration |
-| ``state`` | what the consumer received; checkpoints written and read back |
-| ``bridge`` | the background event loop behind a plain ``for`` |
-| ``progress`` | the progress bar |
+| ``bridge`` | The sync bridge: an async generator run on a background event loop |
+| ``builder`` | The builder: ``Pipeline``, a fluent and immutable description, and its iteration |
+| ``graph`` | the running graph of one lane: a spec turned into stages joined by channels |
+| ``handover`` | Handover: a checkpoint restored into another lane count |
+| ``images`` | the builder's image steps: decode_image, resize, crops, flip, to_tensor |
+| ``placement`` | Where a CPU-heavy step runs: ``processes=N`` or ``executor=`` |
+| ``process`` | The child-process engine: the whole pipeline in a process of its own |
+| ``progress`` | The progress report of ``iter(progress=True)``: items, MB/s and items/s of a run |
+| ``resources`` | What the stages of a run share (:class:`Resources`) |
+| ``run`` | One running instance of a pipeline: its resources, its task group, its counters |
+| ``slots`` | the child-process engine's shared-memory slots for numeric arrays |
+| ``spec`` | The description of a pipeline: frozen, validated at construction |
+| ``state`` | Consumer state: what the consumer received, as a checkpoint |
+| ``steps`` | The stages of a lane after its chunks are assembled: one per step of the chain |
+| ``text`` | the builder's text and token steps: tokenize, tokenize_chat, pack, to_training |
 """
 
 from zephon.pipeline.builder import Pipeline

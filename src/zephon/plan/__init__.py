@@ -1,4 +1,19 @@
-"""The planner: curricula as pure functions of dataset manifests (no I/O, no asyncio)."""
+"""The planner: curricula as pure functions of dataset manifests (no I/O, no asyncio).
+
+| module | owns |
+| --- | --- |
+| ``coalesce`` | From a chunk's sample pointers to range requests |
+| ``exhaustion`` | when a curriculum ends: per-dataset exhaustion policies as global draw counts |
+| ``lanes`` | How one dataset's draws are dealt out to lanes |
+| ``manifest`` | What the planner knows of a dataset: shard sizes and where samples lie |
+| ``mixture`` | Exact, RNG-free interleaving of datasets by weight |
+| ``order`` | The order of one dataset's samples in one pass: the four shuffle modes |
+| ``permute`` | Keyed bijective permutations of ``[0, n)`` |
+| ``planner`` | One lane's curriculum, planned chunk by chunk: mixing, locating, coalescing |
+| ``relane`` | re-laning: a curriculum cut at a checkpoint and dealt to another number of lanes |
+| ``runs`` | Sizes the planner derives from a manifest: block-shuffle run sizes and mean samp |
+| ``worksource`` | StaticMixtureWorkSource: the curriculum as a pure function |
+"""
 
 from zephon.plan.manifest import Manifest
 from zephon.plan.worksource import StaticMixtureWorkSource, WorkChunk

@@ -1,7 +1,25 @@
-"""Async storage: one interface over S3, GCS, HTTP, local files and memory.
+"""Async storage: one interface over S3, GCS, Azure, HTTP, local files and memory.
 
->>> async with open_storage("s3://bucket/prefix/") as storage:
-...     data = await storage.read("s3://bucket/prefix/shard-0.jsonl", 0, 1 << 20)
+| module | owns |
+| --- | --- |
+| ``azure`` | Azure Blob Storage (``az://container/path`` |
+| ``base`` | The storage contracts |
+| ``diskcache`` | A local disk cache of fetched byte ranges, shared by every process on a node |
+| ``gate`` | Counting gates: the bounded-concurrency primitives of the storage layer |
+| ``gcs`` | Google Cloud Storage through gcsfs's credentials and session, over the JSON API |
+| ``hedge`` | Hedged reads: a read far slower than this client's recent reads is sent again |
+| ``http`` | Plain HTTP(S) objects read with ranged GETs through aiohttp |
+| ``http_status`` | Translation of plain HTTP answers |
+| ``keep`` | Bytes a discovery scan read |
+| ``local`` | Local files |
+| ``logsecrets`` | credentials kept out of log records, ours and our clients' |
+| ``managed`` | ManagedStorage: bounded, retrying, version-pinned reads on top of one backend |
+| ``memory`` | In-memory objects: a process-local object store for tests |
+| ``policy`` | Policies of a storage client: how it retries and how far it may run ahead |
+| ``registry`` | Which backend serves which URI scheme |
+| ``s3`` | Amazon S3 and S3-compatible stores (MinIO, moto, R2...) through aiobotocore |
+| ``stats`` | Counters of one storage client, cheap enough to update on every request |
+| ``uri`` | Splitting storage URIs |
 """
 
 from zephon.storage.base import Backend, Storage

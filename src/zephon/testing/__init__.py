@@ -1,5 +1,16 @@
 """Real local servers for tests, benchmarks and the demo: S3 (moto), GCS (fake-gcs-server),
-a static HTTP server and a fault-injecting proxy. Nothing in the library imports this package."""
+Azure (Azurite), a static HTTP server, a fault-injecting proxy and a local Ray cluster.
+Nothing in the library imports this package.
+
+| module | owns |
+| --- | --- |
+| ``_loop`` | An asyncio event loop on a daemon thread |
+| ``_moto_main`` | Child process of :class:`zephon.testing.MotoServer`: binds port 0, prints it |
+| ``_proxy_main`` | Child process of :class:`zephon.testing.faults.ProxyProcess`: starts the proxy |
+| ``faults`` | A fault-injecting HTTP proxy to put in front of a storage server |
+| ``ray`` | A local Ray cluster for tests and benchmarks: ``ray start --head --block`` on lo |
+| ``servers`` | Local storage servers: moto (S3), fake-gcs-server (GCS), a static HTTP server |
+"""
 
 from zephon.testing.faults import FaultProxy, Faults, ProxyProcess
 from zephon.testing.servers import (
