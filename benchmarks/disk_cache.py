@@ -36,8 +36,10 @@ def epoch(ds: Dataset, seed: int, cache_dir: str | None) -> tuple[float, dict[st
 async def upload(options: dict[str, Any], base: str, shards: int, docs: int) -> None:
     async with open_storage(base, options) as storage:
         for s in range(shards):
-            rows = (json.dumps({"id": s * docs + i, "text": f"document {i} " * 100})
-                    for i in range(docs))  # fmt: skip
+            rows = (
+                json.dumps({"id": s * docs + i, "text": f"document {i} " * 100})
+                for i in range(docs)
+            )
             await storage.write(f"{base}part-{s:03d}.jsonl", ("\n".join(rows) + "\n").encode())
 
 
@@ -60,12 +62,17 @@ def main() -> None:
     mb = 2**20
     print(f"{n} samples per epoch, {args.shards} shards, +{args.latency_ms:.0f} ms per request")
     print(f"{'epoch':<26} {'seconds':>8} {'requests':>9} {'storage MB':>11}")
-    for name, s, f in (("1: cold cache", cold_s, cold), ("2: warm cache", warm_s, warm),
-                       ("2 again: no cache", none_s, none)):  # fmt: skip
+    for name, s, f in (
+        ("1: cold cache", cold_s, cold),
+        ("2: warm cache", warm_s, warm),
+        ("2 again: no cache", none_s, none),
+    ):
         print(f"{name:<26} {s:>8.2f} {f['requests']:>9} {f['bytes'] / mb:>11.2f}")
     print(f"warm bytes / cold bytes: {warm['bytes'] / max(1, cold['bytes']):.4f} (target <= 0.01)")
-    print(f"cold time / warm time: {cold_s / warm_s:.2f}x (target >= 1.5x); "
-          f"uncached / warm: {none_s / warm_s:.2f}x")  # fmt: skip
+    print(
+        f"cold time / warm time: {cold_s / warm_s:.2f}x (target >= 1.5x); "
+        f"uncached / warm: {none_s / warm_s:.2f}x"
+    )
 
 
 if __name__ == "__main__":

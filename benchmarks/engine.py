@@ -90,12 +90,19 @@ def main() -> None:
             endpoint = stack.enter_context(MotoServer())
             endpoint.create_bucket("engine")
             for s in range(8):
-                endpoint.client().put_object(Bucket="engine", Key=f"docs/part-{s:03d}.jsonl",
-                                             Body=jsonl_shard(s, 4000, "docs"))  # fmt: skip
-            os.environ.update({"AWS_ENDPOINT_URL": endpoint.endpoint_url,
-                               "AWS_ACCESS_KEY_ID": endpoint.key,
-                               "AWS_SECRET_ACCESS_KEY": endpoint.secret,
-                               "AWS_DEFAULT_REGION": "us-east-1"})  # fmt: skip
+                endpoint.client().put_object(
+                    Bucket="engine",
+                    Key=f"docs/part-{s:03d}.jsonl",
+                    Body=jsonl_shard(s, 4000, "docs"),
+                )
+            os.environ.update(
+                {
+                    "AWS_ENDPOINT_URL": endpoint.endpoint_url,
+                    "AWS_ACCESS_KEY_ID": endpoint.key,
+                    "AWS_SECRET_ACCESS_KEY": endpoint.secret,
+                    "AWS_DEFAULT_REGION": "us-east-1",
+                }
+            )
             ds = Dataset.from_path("docs", "s3://engine/docs/")
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -106,19 +113,26 @@ def main() -> None:
         rates: dict[str, list[tuple[float, float]]] = {"thread": [], "process": []}
         for r in range(args.rounds):
             for engine in ("thread", "process") if r % 2 == 0 else ("process", "thread"):
-                rates[engine].append(consume(build(ds, engine, args.work), args.batches,
-                                             args.step_ms / 1000))  # fmt: skip
+                rates[engine].append(
+                    consume(build(ds, engine, args.work), args.batches, args.step_ms / 1000)
+                )
     steady = {e: statistics.median(v[0] for v in runs) for e, runs in rates.items()}
     whole = {e: statistics.median(v[1] for v in runs) for e, runs in rates.items()}
-    print(f"# loader alone (in-thread): {alone:.1f} batches/s of 64 documents "
-          f"(map: {args.work} rounds of word statistics)")  # fmt: skip
-    print(f"# consumer holding the GIL {args.step_ms:.0f} ms per batch "
-          f"(at most {1000 / args.step_ms:.0f} batches/s), median of {args.rounds}")  # fmt: skip
+    print(
+        f"# loader alone (in-thread): {alone:.1f} batches/s of 64 documents "
+        f"(map: {args.work} rounds of word statistics)"
+    )
+    print(
+        f"# consumer holding the GIL {args.step_ms:.0f} ms per batch "
+        f"(at most {1000 / args.step_ms:.0f} batches/s), median of {args.rounds}"
+    )
     print(f"{'engine':<10} {'batches/s':>10} {'with start-up':>14}")
     for engine in ("thread", "process"):
         print(f"{engine:<10} {steady[engine]:>10.1f} {whole[engine]:>14.1f}")
-    print(f"process / thread: {steady['process'] / steady['thread']:.2f}x "
-          f"({whole['process'] / whole['thread']:.2f}x with start-up; target >= 1.5x)")  # fmt: skip
+    print(
+        f"process / thread: {steady['process'] / steady['thread']:.2f}x "
+        f"({whole['process'] / whole['thread']:.2f}x with start-up; target >= 1.5x)"
+    )
 
 
 if __name__ == "__main__":

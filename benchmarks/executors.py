@@ -125,17 +125,25 @@ def main() -> None:
             ray.shutdown()
             cluster.stop()
 
-    print(f"# {args.samples:,} samples x ~{args.ms} ms of pure Python, blocks of {args.chunk}, "
-          f"median of {args.rounds} rounds")  # fmt: skip
-    print(f"{'placement':<12} {'samples/s':>10} {'vs in-process':>14} {'vs Local(2)':>12} "
-          f"{'trainer CPU s':>14}")  # fmt: skip
+    print(
+        f"# {args.samples:,} samples x ~{args.ms} ms of pure Python, blocks of {args.chunk}, "
+        f"median of {args.rounds} rounds"
+    )
+    print(
+        f"{'placement':<12} {'samples/s':>10} {'vs in-process':>14} {'vs Local(2)':>12} "
+        f"{'trainer CPU s':>14}"
+    )
     rate = {n: statistics.median(r[2] / r[0] for r in rs) for n, rs in results.items()}
     for name, rs in results.items():
         cpu = statistics.median(r[1] for r in rs)
-        print(f"{name:<12} {rate[name]:>10,.0f} {rate[name] / rate['processes=0']:>13.2f}x "
-              f"{rate[name] / rate['Local(2)']:>11.2f}x {cpu:>14.2f}")  # fmt: skip
-    print(f"Ray: round trip of one {args.chunk}-sample block (no-op function) {trip:.1f} ms; "
-          f"a new pool's first result after {up:.2f} s (actor start-up, once per run)")  # fmt: skip
+        print(
+            f"{name:<12} {rate[name]:>10,.0f} {rate[name] / rate['processes=0']:>13.2f}x "
+            f"{rate[name] / rate['Local(2)']:>11.2f}x {cpu:>14.2f}"
+        )
+    print(
+        f"Ray: round trip of one {args.chunk}-sample block (no-op function) {trip:.1f} ms; "
+        f"a new pool's first result after {up:.2f} s (actor start-up, once per run)"
+    )
 
 
 if __name__ == "__main__":

@@ -99,32 +99,50 @@ def main() -> None:
         write_documents(work / "docs")
         prefix = "jsonl" if args.index_cache else "jsonl-index"
         upload(client, work / "docs", prefix)
-        options = {"endpoint_url": endpoint.endpoint_url, "key": endpoint.key,
-                   "secret": endpoint.secret}  # fmt: skip
+        options = {
+            "endpoint_url": endpoint.endpoint_url,
+            "key": endpoint.key,
+            "secret": endpoint.secret,
+        }
         if not args.index_cache:
-            ds = Dataset.from_path("web", f"s3://{BUCKET}/{prefix}/", storage_options=options,
-                                   index_cache=False)  # fmt: skip
+            ds = Dataset.from_path(
+                "web", f"s3://{BUCKET}/{prefix}/", storage_options=options, index_cache=False
+            )
             asyncio.run(ds.awrite_index())
-        env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": endpoint.key,
-               "AWS_SECRET_ACCESS_KEY": endpoint.secret, "AWS_DEFAULT_REGION": "us-east-1",
-               "ZEPHON_CACHE_DIR": str(work / "cache"), "HOME": str(work)}  # fmt: skip
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": proxy.url,
+            "AWS_ACCESS_KEY_ID": endpoint.key,
+            "AWS_SECRET_ACCESS_KEY": endpoint.secret,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "ZEPHON_CACHE_DIR": str(work / "cache"),
+            "HOME": str(work),
+        }
         runs = []
         for _ in range(args.runs + args.index_cache):  # with the cache: a first run fills it
             extra = ["--trace"] if args.trace and len(runs) == args.index_cache else []
             extra += ["--torch"] * args.torch + ["--freeze"] * args.freeze
-            out = subprocess.run([sys.executable, "-c", CHILD, f"s3://{BUCKET}/{prefix}/",
-                                  *extra], env=env, capture_output=True, text=True,
-                                 check=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, f"s3://{BUCKET}/{prefix}/", *extra],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         runs = runs[args.index_cache :]
         how = "warm local index cache" if args.index_cache else "persistent index"
         how += ", torch imported" * args.torch + ", gc.freeze()" * args.freeze
-        print(f"# 64,000 JSONL documents (16 shards, {how}) at +30 ms; "
-              f"{args.runs} fresh processes, medians")  # fmt: skip
+        print(
+            f"# 64,000 JSONL documents (16 shards, {how}) at +30 ms; "
+            f"{args.runs} fresh processes, medians"
+        )
         for key in ("import", "from_path", "first", "epoch"):
             values = [r[key] for r in runs]
-            print(f"{key:>10}: {statistics.median(values):.3f} s "
-                  f"(min {min(values):.3f}, max {max(values):.3f})")  # fmt: skip
+            print(
+                f"{key:>10}: {statistics.median(values):.3f} s "
+                f"(min {min(values):.3f}, max {max(values):.3f})"
+            )
         print("first = from Dataset.from_path to the first sample; epoch includes it")
         if args.trace:
             print("# timeline of the first run (ms from Dataset.from_path):")

@@ -47,7 +47,8 @@ from PIL import Image
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.ops import jpeg
-from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop, ToCHW
+from zephon.ops.image import Flip, RandomResizedCrop, ToCHW
+from zephon.ops.imagedecode import DecodeImage
 from zephon.ops.transform import Chain
 from zephon.testing import MotoServer, ProxyProcess
 
@@ -106,15 +107,26 @@ def pipeline_vs_bare(n: int) -> None:
         proxy = ProxyProcess(endpoint.endpoint_url, 0.03)
         url = proxy.start()
         try:
-            os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": endpoint.key,
-                               "AWS_SECRET_ACCESS_KEY": endpoint.secret,
-                               "AWS_DEFAULT_REGION": "us-east-1"})  # fmt: skip
+            os.environ.update(
+                {
+                    "AWS_ENDPOINT_URL": url,
+                    "AWS_ACCESS_KEY_ID": endpoint.key,
+                    "AWS_SECRET_ACCESS_KEY": endpoint.secret,
+                    "AWS_DEFAULT_REGION": "us-east-1",
+                }
+            )
             before = resource.getrusage(resource.RUSAGE_SELF)
             t = time.perf_counter()
             ds = Dataset.from_path("imgs", "s3://img/wds/", index_cache=False)
             ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
-            pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2)
-                    .random_resized_crop(224).flip().to_chw().batch(256))  # fmt: skip
+            pipe = (
+                Pipeline(ws, rank=0, world_size=1)
+                .decode_image("jpg", processes=2)
+                .random_resized_crop(224)
+                .flip()
+                .to_chw()
+                .batch(256)
+            )
             first, images = None, 0
             for batch in pipe:
                 first = first if first is not None else time.perf_counter() - t
@@ -125,16 +137,22 @@ def pipeline_vs_bare(n: int) -> None:
         finally:
             proxy.stop()
     rate = images / wall
-    print(f"\n# 2. {n:,} JPEGs ({size / 1e6:.0f} MB) in WebDataset tars at +30 ms: "
-          "decode + random_resized_crop(224) + flip, 2 processes")  # fmt: skip
+    print(
+        f"\n# 2. {n:,} JPEGs ({size / 1e6:.0f} MB) in WebDataset tars at +30 ms: "
+        "decode + random_resized_crop(224) + flip, 2 processes"
+    )
     print(f"bare loop (2 processes, bytes in memory): {bare:,.0f} images/s")
-    print(f"Zephon (processes=2, batch 256):          {rate:,.0f} images/s "
-          f"({rate / bare:.2f}x the bare loop; target >= 0.9x), first batch {first:.2f} s, "
-          f"{fetched / 1e6:.0f} MB fetched ({fetched / size:.2f}x the data)")  # fmt: skip
+    print(
+        f"Zephon (processes=2, batch 256):          {rate:,.0f} images/s "
+        f"({rate / bare:.2f}x the bare loop; target >= 0.9x), first batch {first:.2f} s, "
+        f"{fetched / 1e6:.0f} MB fetched ({fetched / size:.2f}x the data)"
+    )
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-    print(f"Zephon's main process: {user:.2f} s user + {system:.2f} s system CPU over "
-          f"{wall:.2f} s ({(user + system) / wall:.0%} of a core; the workers, moto and the "
-          "proxy share the rest of the machine)")  # fmt: skip
+    print(
+        f"Zephon's main process: {user:.2f} s user + {system:.2f} s system CPU over "
+        f"{wall:.2f} s ({(user + system) / wall:.0%} of a core; the workers, moto and the "
+        "proxy share the rest of the machine)"
+    )
 
 
 def jpegs(n: int) -> list[bytes]:
@@ -158,13 +176,17 @@ def part1() -> None:
     by_pillow = RandomResizedCrop(224, "jpg", (0.08, 1.0), (3 / 4, 4 / 3), 0, "pillow")
     cases = {  # decoder, crop's resizer
         "pillow / pillow": (DecodeImage("jpg", backend="pillow"), by_pillow),
-        "pillow, draft 224 / pillow": (DecodeImage("jpg", backend="pillow", max_size=224),
-                                       by_pillow),
+        "pillow, draft 224 / pillow": (
+            DecodeImage("jpg", backend="pillow", max_size=224),
+            by_pillow,
+        ),
         "simplejpeg / pillow": (DecodeImage("jpg", backend="simplejpeg"), by_pillow),
         "simplejpeg / opencv": (DecodeImage("jpg", backend="simplejpeg"), by_opencv),
-        "simplejpeg, draft 224 / opencv": (DecodeImage("jpg", backend="simplejpeg",
-                                                       max_size=224), by_opencv),
-    }  # fmt: skip
+        "simplejpeg, draft 224 / opencv": (
+            DecodeImage("jpg", backend="simplejpeg", max_size=224),
+            by_opencv,
+        ),
+    }
     print(f"# {len(data)} JPEGs of 300-500 px: decode -> random_resized_crop(224), one process")
     print(f"{'decoder / resizer':<32} {'decode img/s':>13} {'+ crop img/s':>13}")
     for name, (decode, crop) in cases.items():
@@ -187,16 +209,27 @@ def part1() -> None:
             for i, d in enumerate(data):
                 fused({"id": i, "jpg": d})
             both.append(len(data) / (time.perf_counter() - t))
-        print(f"{'region decode (zephon._jpeg) / opencv':<32} {'-':>13} "
-              f"{statistics.median(both):>13,.0f}")  # fmt: skip
-    crop = np.ascontiguousarray(np.random.default_rng(0).integers(0, 255, (224, 224, 3),
-                                                                  dtype=np.uint8))  # fmt: skip
-    strided = min(timeit.repeat(lambda: np.ascontiguousarray(crop.transpose(2, 0, 1)),
-                                number=2000, repeat=3)) / 2000  # fmt: skip
+        print(
+            f"{'region decode (zephon._jpeg) / opencv':<32} {'-':>13} "
+            f"{statistics.median(both):>13,.0f}"
+        )
+    crop = np.ascontiguousarray(
+        np.random.default_rng(0).integers(0, 255, (224, 224, 3), dtype=np.uint8)
+    )
+    strided = (
+        min(
+            timeit.repeat(
+                lambda: np.ascontiguousarray(crop.transpose(2, 0, 1)), number=2000, repeat=3
+            )
+        )
+        / 2000
+    )
     to_chw = ToCHW("jpg")
     split = min(timeit.repeat(lambda: to_chw({"jpg": crop}), number=2000, repeat=3)) / 2000
-    print(f"to_chw of a 224 x 224 x 3 crop: {split * 1e6:.0f} us (numpy's strided copy of the "
-          f"transpose: {strided * 1e6:.0f} us)")  # fmt: skip
+    print(
+        f"to_chw of a 224 x 224 x 3 crop: {split * 1e6:.0f} us (numpy's strided copy of the "
+        f"transpose: {strided * 1e6:.0f} us)"
+    )
 
 
 PEER_ROWS = [  # label, venv (None: ours), system, prefix, extra environment
@@ -226,9 +259,18 @@ def prepare_peers(endpoint: Any, work: Path, data: list[bytes]) -> dict[str, int
     for peer, prefix in (("webdataset", "wds"), ("litdata", "litdata"), ("mosaic", "mds")):
         out = work / prefix
         out.mkdir()
-        subprocess.run([peers.peer_python(peer), str(Path(__file__).parent / "peer_images.py"),
-                        "write", peer, str(folder), str(out)], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                peers.peer_python(peer),
+                str(Path(__file__).parent / "peer_images.py"),
+                "write",
+                peer,
+                str(folder),
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+        )
         total = 0
         for path in sorted(p for p in out.rglob("*") if p.is_file()):
             client.upload_file(str(path), "images", f"{prefix}/{path.relative_to(out)}")
@@ -244,8 +286,12 @@ def prepare_peers(endpoint: Any, work: Path, data: list[bytes]) -> dict[str, int
         index_cache=False,
     )
     asyncio.run(tars.awrite_index("s3://images/indexes/wds.json"))
-    chunks = Dataset.from_path("imgs", "s3://images/litdata/", index_cache=False,
-                               storage_options=endpoint.storage_options())  # fmt: skip
+    chunks = Dataset.from_path(
+        "imgs",
+        "s3://images/litdata/",
+        index_cache=False,
+        storage_options=endpoint.storage_options(),
+    )
     asyncio.run(chunks.awrite_index("s3://images/indexes/litdata.json"))
     return sizes
 
@@ -270,8 +316,9 @@ def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
                 for _ in range(rounds):  # rounds interleave the systems
                     bares.append(bare_rate(data))
                     for row in rows:
-                        runs[row[0]].append(peers.run_one(row, proxy, endpoint, 2, work,
-                                                          runner, "images"))  # fmt: skip
+                        runs[row[0]].append(
+                            peers.run_one(row, proxy, endpoint, 2, work, runner, "images")
+                        )
             finally:
                 proxy.stop()
     finally:
@@ -280,8 +327,9 @@ def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
     peer_table(results, sizes, n, statistics.median(bares), rounds)
 
 
-def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int, bare: float,
-               rounds: int) -> None:  # fmt: skip
+def peer_table(
+    results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int, bare: float, rounds: int
+) -> None:
     """The part 3 table: one row per system, ratios to the best peer and the bare loop."""
 
     def rate(r: dict[str, Any]) -> float:
@@ -290,12 +338,16 @@ def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int
     rows = [r for r in PEER_ROWS if r[0] in results]
     best = max((rate(results[r[0]]) for r in rows if r[1] is not None), default=0.0)
     peer = f"best peer {best:,.0f} images/s" if best else "no peer run"
-    print(f"\n# 3. {n:,} JPEGs at +30 ms: decode -> random-resized-crop 224 -> flip -> batch "
-          f"256, 2 worker processes, median of {rounds}; bare 2-process loop {bare:,.0f} "
-          f"images/s; {peer}")  # fmt: skip
-    print(f"{'system':<34} {'images/s':>9} {'x best peer':>11} {'x bare':>7} {'import':>7} "
-          f"{'first':>7} {'RSS MB':>7} {'disk MB':>8} {'requests':>8} "
-          f"{'MB fetched':>15}")  # fmt: skip
+    print(
+        f"\n# 3. {n:,} JPEGs at +30 ms: decode -> random-resized-crop 224 -> flip -> batch "
+        f"256, 2 worker processes, median of {rounds}; bare 2-process loop {bare:,.0f} "
+        f"images/s; {peer}"
+    )
+    print(
+        f"{'system':<34} {'images/s':>9} {'x best peer':>11} {'x bare':>7} {'import':>7} "
+        f"{'first':>7} {'RSS MB':>7} {'disk MB':>8} {'requests':>8} "
+        f"{'MB fetched':>15}"
+    )
     for label, _, _, prefix, _ in rows:
         r = results[label]
         if "error" in r:
@@ -307,9 +359,11 @@ def peer_table(results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int
         flags = "" if ok else f"  WRONG: {r['samples']} images"
         flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
         to_best = f"{rate(r) / best:>10.2f}x" if best else f"{'-':>11}"  # --only: no peer
-        print(f"{label:<34} {rate(r):>9,.0f} {to_best} {rate(r) / bare:>6.2f}x "
-              f"{r.get('import_s', 0.0):>6.2f}s {r['first_s']:>6.2f}s {r['peak_rss_mb']:>7.0f} "
-              f"{r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15}{flags}")  # fmt: skip
+        print(
+            f"{label:<34} {rate(r):>9,.0f} {to_best} {rate(r) / bare:>6.2f}x "
+            f"{r.get('import_s', 0.0):>6.2f}s {r['first_s']:>6.2f}s {r['peak_rss_mb']:>7.0f} "
+            f"{r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15}{flags}"
+        )
 
 
 def main() -> None:

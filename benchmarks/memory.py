@@ -75,14 +75,23 @@ def write_shards(root: Path, record_kb: int, total_mb: int, shards: int = 8) -> 
     return per_shard * shards
 
 
-def run_case(path: Path, budget_mb: int, shuffle: str, args: argparse.Namespace
-             ) -> dict[str, float]:  # fmt: skip
-    script = CHILD.format(here=str(HERE), path=str(path), budget=budget_mb, shuffle=shuffle,
-                          window=args.window, batch=args.batch, lanes=args.lanes,
-                          pause=args.pause_ms / 1000)  # fmt: skip
+def run_case(
+    path: Path, budget_mb: int, shuffle: str, args: argparse.Namespace
+) -> dict[str, float]:
+    script = CHILD.format(
+        here=str(HERE),
+        path=str(path),
+        budget=budget_mb,
+        shuffle=shuffle,
+        window=args.window,
+        batch=args.batch,
+        lanes=args.lanes,
+        pause=args.pause_ms / 1000,
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env
+    )
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -99,10 +108,14 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=None)
     args = parser.parse_args()
     step = f", shuffle({args.window})" if args.window else ""
-    print(f"{args.total_mb} MiB of JSONL per case{step}, fetch budget {args.budget_mb} MiB, "
-          f"bound: budget + {ALLOWANCE_MB} MiB of growth")  # fmt: skip
-    print(f"{'record':>8} {'samples':>8} {'s':>6} {'RSS before':>11} {'peak':>7} "
-          f"{'growth':>7} {'growth - budget':>16}  within")  # fmt: skip
+    print(
+        f"{args.total_mb} MiB of JSONL per case{step}, fetch budget {args.budget_mb} MiB, "
+        f"bound: budget + {ALLOWANCE_MB} MiB of growth"
+    )
+    print(
+        f"{'record':>8} {'samples':>8} {'s':>6} {'RSS before':>11} {'peak':>7} "
+        f"{'growth':>7} {'growth - budget':>16}  within"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for kb in args.record_kb:
             path = Path(tmp) / f"r{kb}"
@@ -112,9 +125,11 @@ def main() -> None:
             r = run_case(path, args.budget_mb, args.shuffle, args)
             growth = r["peak"] - r["before"]
             ok = growth <= args.budget_mb + ALLOWANCE_MB
-            print(f"{kb:>6}KB {int(r['samples']):>8} {r['seconds']:>6.1f} "
-                  f"{r['before']:>9.0f}MB {r['peak']:>5.0f}MB {growth:>5.0f}MB "
-                  f"{growth - args.budget_mb:>14.0f}MB  {'yes' if ok else 'NO'}")  # fmt: skip
+            print(
+                f"{kb:>6}KB {int(r['samples']):>8} {r['seconds']:>6.1f} "
+                f"{r['before']:>9.0f}MB {r['peak']:>5.0f}MB {growth:>5.0f}MB "
+                f"{growth - args.budget_mb:>14.0f}MB  {'yes' if ok else 'NO'}"
+            )
             for f in path.iterdir():
                 f.unlink()
 

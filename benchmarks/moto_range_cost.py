@@ -34,10 +34,13 @@ def main() -> None:
     server = MotoServer()
     endpoint = server.start()
     try:
-        client = boto3.client("s3", endpoint_url=endpoint.endpoint_url,
-                              aws_access_key_id=endpoint.key,
-                              aws_secret_access_key=endpoint.secret,
-                              region_name=endpoint.region_name)  # fmt: skip
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint.endpoint_url,
+            aws_access_key_id=endpoint.key,
+            aws_secret_access_key=endpoint.secret,
+            region_name=endpoint.region_name,
+        )
         client.create_bucket(Bucket="bench")
         size = args.mb << 20
         client.put_object(Bucket="bench", Key="obj", Body=os.urandom(size))
@@ -63,9 +66,11 @@ def main() -> None:
     per_range = cost["ranges"] / args.rounds / args.ranges
     print(f"# one {args.mb} MB object on moto, server CPU per request, mean of {args.rounds}")
     print(f"whole-object GET:            {whole * 1000:7.1f} ms")
-    print(f"GET of 1/{args.ranges} by range:        {per_range * 1000:7.1f} ms "
-          f"({per_range / whole:.2f}x the whole object's cost for {1 / args.ranges:.2f}x "
-          f"its bytes)")  # fmt: skip
+    print(
+        f"GET of 1/{args.ranges} by range:        {per_range * 1000:7.1f} ms "
+        f"({per_range / whole:.2f}x the whole object's cost for {1 / args.ranges:.2f}x "
+        f"its bytes)"
+    )
     print(
         f"the object in {args.ranges} ranges:     {per_range * args.ranges / whole:7.1f}x "
         "a whole-object GET"

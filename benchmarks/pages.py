@@ -64,8 +64,10 @@ def main() -> None:
         for label, way in ways.items():
             times[label].append(_timed(way, kept))
     mb = args.batch * 224 * 224 * 3 / 1e6
-    print(f"# {args.rounds} stacks of {args.batch} crops ({mb:.1f} MB) each way; transparent "
-          f"huge pages: enabled={_setting('enabled')!r} defrag={_setting('defrag')!r}")  # fmt: skip
+    print(
+        f"# {args.rounds} stacks of {args.batch} crops ({mb:.1f} MB) each way; transparent "
+        f"huge pages: enabled={_setting('enabled')!r} defrag={_setting('defrag')!r}"
+    )
     print(f"{'allocation':<22} {'median':>8} {'p90':>8} {'max':>8}")
     summary = {}
     for label, values in times.items():

@@ -50,9 +50,14 @@ def images(jpeg_dir: str) -> Iterator[tuple[int, bytes]]:
 def write_litdata(jpeg_dir: str, out: str) -> None:
     import litdata
 
-    litdata.optimize(fn=_litdata_sample, inputs=sorted(Path(jpeg_dir).glob("*.jpg")),
-                     output_dir=out, chunk_bytes="32MB", num_workers=1,
-                     mode="overwrite")  # fmt: skip
+    litdata.optimize(
+        fn=_litdata_sample,
+        inputs=sorted(Path(jpeg_dir).glob("*.jpg")),
+        output_dir=out,
+        chunk_bytes="32MB",
+        num_workers=1,
+        mode="overwrite",
+    )
 
 
 def _litdata_sample(path: Path) -> dict[str, Any]:
@@ -117,11 +122,20 @@ def collate(samples: list[tuple[int, np.ndarray]]) -> dict[str, Any]:
 def read_zephon(url: str, workers: int) -> Iterable[Any]:
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
-    ds = Dataset.from_path("imgs", url, format=os.environ.get("PEER_FORMAT") or None,
-                           index=os.environ.get("PEER_INDEX") or None)  # fmt: skip
+    ds = Dataset.from_path(
+        "imgs",
+        url,
+        format=os.environ.get("PEER_FORMAT") or None,
+        index=os.environ.get("PEER_INDEX") or None,
+    )
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
-    return (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=workers)
-            .random_resized_crop(SIZE).flip().batch(BATCH))  # fmt: skip
+    return (
+        Pipeline(ws, rank=0, world_size=1)
+        .decode_image("jpg", processes=workers)
+        .random_resized_crop(SIZE)
+        .flip()
+        .batch(BATCH)
+    )
 
 
 def read_litdata(url: str, workers: int) -> Iterable[Any]:
@@ -153,8 +167,9 @@ def read_mosaic(url: str, workers: int) -> Iterable[Any]:
             sample = super().__getitem__(index)
             return int(sample["id"]), augment(sample["jpg"], int(sample["id"]))
 
-    ds = Images(remote=url, local=os.environ["PEER_CACHE"], shuffle=True, shuffle_seed=0,
-                batch_size=BATCH)  # fmt: skip
+    ds = Images(
+        remote=url, local=os.environ["PEER_CACHE"], shuffle=True, shuffle_seed=0, batch_size=BATCH
+    )
     return DataLoader(ds, batch_size=BATCH, num_workers=workers, collate_fn=collate)
 
 
@@ -167,8 +182,12 @@ def read_webdataset(url: str, workers: int) -> Iterable[Any]:
     import webdataset as wds
 
     urls = json.loads(os.environ["PEER_URLS"])  # presigned: the bucket is private
-    ds = (wds.WebDataset(urls, shardshuffle=16, seed=0, empty_check=False, nodesplitter=None)
-          .shuffle(1000).map(_wds_sample).batched(BATCH, collation_fn=collate))  # fmt: skip
+    ds = (
+        wds.WebDataset(urls, shardshuffle=16, seed=0, empty_check=False, nodesplitter=None)
+        .shuffle(1000)
+        .map(_wds_sample)
+        .batched(BATCH, collation_fn=collate)
+    )
     return wds.WebLoader(ds, batch_size=None, num_workers=workers)
 
 
@@ -194,13 +213,21 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
             ids = batch["id"] if "id" in batch else batch["__key__"]  # tars: the key is the id
             ids = ids.tolist() if hasattr(ids, "tolist") else ids
             assert len(batch["jpg"]) == len(ids) and tuple(batch["jpg"].shape[1:]) in (
-                (SIZE, SIZE, 3), (3, SIZE, SIZE))  # fmt: skip
+                (SIZE, SIZE, 3),
+                (3, SIZE, SIZE),
+            )
             samples += len(ids)
             id_sum += sum(int(i) for i in ids)
         wall = time.perf_counter() - started
-    return {"import_s": imported, "first_s": first, "wall_s": wall, "samples": samples,
-            "id_sum": id_sum, "peak_rss_mb": rss.peak / 2**20,
-            "disk_mb": disk_bytes(cache) / 2**20}  # fmt: skip
+    return {
+        "import_s": imported,
+        "first_s": first,
+        "wall_s": wall,
+        "samples": samples,
+        "id_sum": id_sum,
+        "peak_rss_mb": rss.peak / 2**20,
+        "disk_mb": disk_bytes(cache) / 2**20,
+    }
 
 
 if __name__ == "__main__":

@@ -77,8 +77,14 @@ def _identity(doc: dict[str, Any]) -> dict[str, Any]:
 def write_litdata(docs_dir: str, out: str) -> None:
     import litdata
 
-    litdata.optimize(fn=_identity, inputs=list(docs(docs_dir)), output_dir=out,
-                     chunk_bytes="8MB", num_workers=1, mode="overwrite")  # fmt: skip
+    litdata.optimize(
+        fn=_identity,
+        inputs=list(docs(docs_dir)),
+        output_dir=out,
+        chunk_bytes="8MB",
+        num_workers=1,
+        mode="overwrite",
+    )
 
 
 def write_webdataset(docs_dir: str, out: str) -> None:
@@ -126,8 +132,7 @@ def read_zephon(url: str, workers: int) -> Iterable[Any]:
         return pipe
     from torch.utils.data import DataLoader
 
-    return DataLoader(pipe.batch(BATCH).to_torch_dataset(), batch_size=None,
-                      num_workers=workers)  # fmt: skip
+    return DataLoader(pipe.batch(BATCH).to_torch_dataset(), batch_size=None, num_workers=workers)
 
 
 def read_floor(url: str, workers: int) -> Iterable[Any]:
@@ -198,8 +203,9 @@ def read_mosaic(url: str, workers: int) -> Iterable[Any]:
     from streaming.base.util import clean_stale_shared_memory
 
     clean_stale_shared_memory()
-    ds = StreamingDataset(remote=url, local=os.environ["PEER_CACHE"], shuffle=True,
-                          shuffle_seed=0, batch_size=BATCH)  # fmt: skip
+    ds = StreamingDataset(
+        remote=url, local=os.environ["PEER_CACHE"], shuffle=True, shuffle_seed=0, batch_size=BATCH
+    )
     if not workers:
         return ds
     from torch.utils.data import DataLoader
@@ -211,12 +217,14 @@ def read_webdataset(url: str, workers: int) -> Iterable[Any]:
     import webdataset as wds
 
     urls = json.loads(os.environ["PEER_URLS"])  # presigned: the bucket is private
-    ds = wds.WebDataset(urls, shardshuffle=16, seed=0, empty_check=False,
-                        nodesplitter=None).shuffle(1000).decode()  # fmt: skip
+    ds = (
+        wds.WebDataset(urls, shardshuffle=16, seed=0, empty_check=False, nodesplitter=None)
+        .shuffle(1000)
+        .decode()
+    )
     if not workers:
         return ds
-    return wds.WebLoader(ds.batched(BATCH, collation_fn=list), batch_size=None,
-                         num_workers=workers)  # fmt: skip
+    return wds.WebLoader(ds.batched(BATCH, collation_fn=list), batch_size=None, num_workers=workers)
 
 
 def read_zephon_original(url: str, workers: int) -> Iterable[Any]:
@@ -226,8 +234,14 @@ def read_zephon_original(url: str, workers: int) -> Iterable[Any]:
     from zephon import Pipeline
 
     ds = Dataset.from_path("web", url)
-    ws = StaticMixtureWorkSource(datasets=[ds], mixture={"web": 1.0}, seed=0, chunk_size=1000,
-                                 shuffle_within_shard=True, stop_after_passes=1)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        datasets=[ds],
+        mixture={"web": 1.0},
+        seed=0,
+        chunk_size=1000,
+        shuffle_within_shard=True,
+        stop_after_passes=1,
+    )
     cache = {"enabled": True, "root": os.environ["PEER_CACHE"]}  # it reads through a disk cache
     return Pipeline(ws).options(io_options={"cache": cache}).decode_text()
 
@@ -339,13 +353,21 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
             samples += n
             id_sum += s
         wall = time.perf_counter() - started
-    return {"import_s": imported, "first_s": first, "wall_s": wall, "samples": samples,
-            "id_sum": id_sum, "peak_rss_mb": rss.peak / 2**20,
-            "disk_mb": disk_bytes(cache) / 2**20}  # fmt: skip
+    return {
+        "import_s": imported,
+        "first_s": first,
+        "wall_s": wall,
+        "samples": samples,
+        "id_sum": id_sum,
+        "peak_rss_mb": rss.peak / 2**20,
+        "disk_mb": disk_bytes(cache) / 2**20,
+    }
 
 
-def cli(read: Callable[[str, str, str, int], dict[str, Any]],
-        writers: dict[str, Callable[[str, str], None]]) -> None:  # fmt: skip
+def cli(
+    read: Callable[[str, str, str, int], dict[str, Any]],
+    writers: dict[str, Callable[[str, str], None]],
+) -> None:
     """``write SYSTEM IN OUT`` or ``read SYSTEM URL CACHE WORKERS`` (one JSON line)."""
     if sys.argv[1] == "write":
         writers[sys.argv[2]](sys.argv[3], sys.argv[4])

@@ -62,8 +62,9 @@ def peer_python(name: str) -> str:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         subprocess.run([str(venv / "bin/pip"), "install", "-q", *PEERS[name]], check=True)
         if REMOVE.get(name):
-            subprocess.run([str(venv / "bin/pip"), "uninstall", "-q", "-y", *REMOVE[name]],
-                           check=True)  # fmt: skip
+            subprocess.run(
+                [str(venv / "bin/pip"), "uninstall", "-q", "-y", *REMOVE[name]], check=True
+            )
         stamp.write_text(wanted)
     return str(venv / "bin/python")
 
@@ -102,17 +103,24 @@ def prepare(endpoint: Any, work: Path) -> dict[str, int]:
     docs = work / "docs"
     write_documents(docs)
     write_parquet(docs, work / "parquet")
-    sizes = {"jsonl": upload(client, docs, "jsonl"), "jsonl-index": upload(client, docs,
-             "jsonl-index"), "parquet": upload(client, work / "parquet", "parquet")}  # fmt: skip
+    sizes = {
+        "jsonl": upload(client, docs, "jsonl"),
+        "jsonl-index": upload(client, docs, "jsonl-index"),
+        "parquet": upload(client, work / "parquet", "parquet"),
+    }
     options = endpoint.storage_options()
-    indexed = Dataset.from_path("web", f"s3://{BUCKET}/jsonl-index/", storage_options=options,
-                                index_cache=False)  # fmt: skip
+    indexed = Dataset.from_path(
+        "web", f"s3://{BUCKET}/jsonl-index/", storage_options=options, index_cache=False
+    )
     asyncio.run(indexed.awrite_index())
     for peer, prefix in (("mosaic", "mds"), ("litdata", "litdata"), ("webdataset", "wds")):
         out = work / prefix
         out.mkdir()
-        subprocess.run([peer_python(peer), str(RUNNER), "write", peer, str(docs), str(out)],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [peer_python(peer), str(RUNNER), "write", peer, str(docs), str(out)],
+            check=True,
+            capture_output=True,
+        )
         sizes[prefix] = upload(client, out, prefix)
     return sizes
 
@@ -130,8 +138,9 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
 ]
 
 
-def with_presigned(row: tuple[Any, ...], endpoint: Any, via: str, bucket: str = BUCKET
-                   ) -> tuple[Any, ...]:  # fmt: skip
+def with_presigned(
+    row: tuple[Any, ...], endpoint: Any, via: str, bucket: str = BUCKET
+) -> tuple[Any, ...]:
     """WebDataset reads plain URLs: its row gets presigned ones (the bucket is private),
     through the latency proxy, in ``PEER_URLS``."""
     if row[2] != "webdataset":
@@ -145,28 +154,54 @@ def with_presigned(row: tuple[Any, ...], endpoint: Any, via: str, bucket: str = 
         aws_secret_access_key=endpoint.secret,
         region_name="us-east-1",
     )
-    keys = sorted(o["Key"] for o in endpoint.client().list_objects_v2(
-        Bucket=bucket, Prefix=f"{row[3]}/")["Contents"])  # fmt: skip
-    urls = [client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": k},
-                                          ExpiresIn=3600) for k in keys]  # fmt: skip
+    keys = sorted(
+        o["Key"]
+        for o in endpoint.client().list_objects_v2(Bucket=bucket, Prefix=f"{row[3]}/")["Contents"]
+    )
+    urls = [
+        client.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": k}, ExpiresIn=3600
+        )
+        for k in keys
+    ]
     return (*row[:4], {**row[4], "PEER_URLS": json.dumps(urls)})
 
 
-def run_one(row: tuple[Any, ...], proxy: ProxyProcess, endpoint: Any, workers: int,
-            work: Path, runner: Path = RUNNER, bucket: str = BUCKET) -> dict[str, Any]:  # fmt: skip
+def run_one(
+    row: tuple[Any, ...],
+    proxy: ProxyProcess,
+    endpoint: Any,
+    workers: int,
+    work: Path,
+    runner: Path = RUNNER,
+    bucket: str = BUCKET,
+) -> dict[str, Any]:
     _, venv, system, prefix, extra = row
     python = sys.executable if venv is None else peer_python(venv)
     cache = Path(tempfile.mkdtemp(dir=work, prefix="cache-"))
     url = f"{proxy.url}/{bucket}/{prefix}" if system == "webdataset" else f"s3://{bucket}/{prefix}/"
-    env = {**os.environ, **extra, "AWS_ENDPOINT_URL": proxy.url, "S3_ENDPOINT_URL": proxy.url,
-           "AWS_ACCESS_KEY_ID": endpoint.key, "AWS_SECRET_ACCESS_KEY": endpoint.secret,
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-           "ZEPHON_CACHE_DIR": str(cache / "zephon"), "HOME": str(cache)}  # fmt: skip
+    env = {
+        **os.environ,
+        **extra,
+        "AWS_ENDPOINT_URL": proxy.url,
+        "S3_ENDPOINT_URL": proxy.url,
+        "AWS_ACCESS_KEY_ID": endpoint.key,
+        "AWS_SECRET_ACCESS_KEY": endpoint.secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "ZEPHON_CACHE_DIR": str(cache / "zephon"),
+        "HOME": str(cache),
+    }
     proxy.served(reset=True)
     try:
-        out = subprocess.run([python, str(runner), "read", system, url, str(cache), str(workers)],
-                             capture_output=True, text=True, env=env, timeout=240,
-                             cwd=str(work))  # fmt: skip
+        out = subprocess.run(
+            [python, str(runner), "read", system, url, str(cache), str(workers)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+            cwd=str(work),
+        )
         if out.returncode == 0:
             result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
         else:
@@ -190,9 +225,11 @@ def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
 def table(results: dict[str, dict[str, Any]], sizes: dict[str, int], expected: int) -> None:
     zephon = results["Zephon, JSONL (no index)"].get("wall_s")
     litdata = results["LitData 0.2.76"].get("wall_s")
-    print(f"{'system':<34} {'import':>7} {'first':>7} {'samples/s':>10} {'RSS MB':>7} "
-          f"{'disk MB':>8} {'requests':>8} {'MB fetched':>15} {'x Zephon':>9} "
-          f"{'x LitData':>9}")  # fmt: skip
+    print(
+        f"{'system':<34} {'import':>7} {'first':>7} {'samples/s':>10} {'RSS MB':>7} "
+        f"{'disk MB':>8} {'requests':>8} {'MB fetched':>15} {'x Zephon':>9} "
+        f"{'x LitData':>9}"
+    )
     for label, _, _, prefix, _ in ROWS:
         r = results[label]
         if "error" in r:
@@ -204,9 +241,11 @@ def table(results: dict[str, dict[str, Any]], sizes: dict[str, int], expected: i
         flags = "" if ok else f"  WRONG: {r['samples']} samples"
         flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
         rate = r["samples"] / r["wall_s"]
-        print(f"{label:<34} {r['import_s']:>6.2f}s {r['first_s']:>6.2f}s {rate:>10,.0f} "
-              f"{r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15} "
-              f"{_ratio(r['wall_s'], zephon)} {_ratio(r['wall_s'], litdata)}{flags}")  # fmt: skip
+        print(
+            f"{label:<34} {r['import_s']:>6.2f}s {r['first_s']:>6.2f}s {rate:>10,.0f} "
+            f"{r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15} "
+            f"{_ratio(r['wall_s'], zephon)} {_ratio(r['wall_s'], litdata)}{flags}"
+        )
 
 
 def _ratio(wall: float, reference: float | None) -> str:
@@ -226,8 +265,10 @@ def main() -> None:
         with MotoServer() as endpoint:
             sizes = prepare(endpoint, work)
             expected = SHARDS * PER_SHARD * (SHARDS * PER_SHARD - 1) // 2
-            print(f"# {SHARDS * PER_SHARD:,} documents; MB per format: "
-                  + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in sizes.items()))  # fmt: skip
+            print(
+                f"# {SHARDS * PER_SHARD:,} documents; MB per format: "
+                + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in sizes.items())
+            )
             for latency in args.latency_ms:
                 proxy = ProxyProcess(endpoint.endpoint_url, latency / 1000)
                 proxy.start()
@@ -238,9 +279,11 @@ def main() -> None:
                         for _ in range(args.rounds):  # rounds interleave the systems
                             for row in signed:
                                 runs[row[0]].append(run_one(row, proxy, endpoint, workers, work))
-                        print(f"\n# +{latency} ms per request, "
-                              f"{'main process' if not workers else f'{workers} workers'}, "
-                              f"median of {args.rounds} by wall time")  # fmt: skip
+                        print(
+                            f"\n# +{latency} ms per request, "
+                            f"{'main process' if not workers else f'{workers} workers'}, "
+                            f"median of {args.rounds} by wall time"
+                        )
                         results = {label: median_run(v) for label, v in runs.items()}
                         for r in ROWS:
                             results.setdefault(r[0], {"error": "not run"})

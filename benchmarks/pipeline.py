@@ -46,8 +46,9 @@ from zephon.testing import MotoServer, S3Endpoint
 
 WORDS = "the quick brown fox jumps over a lazy dog while streaming shards".split()  # noqa: SIM905
 # A 4,000-word vocabulary of pseudo-words, for document-sized samples that compress like text.
-VOCAB = ["".join(random.Random(k).choices(string.ascii_lowercase, k=2 + k % 9))
-         for k in range(4000)]  # fmt: skip
+VOCAB = [
+    "".join(random.Random(k).choices(string.ascii_lowercase, k=2 + k % 9)) for k in range(4000)
+]
 
 
 def text(sample: int, size: str) -> str:
@@ -66,8 +67,12 @@ def jsonl_shard(shard: int, n: int, size: str = "small") -> bytes:
 
 
 def parquet_shard(shard: int, n: int, size: str = "small") -> bytes:
-    table = pa.table({"id": [shard * n + i for i in range(n)],
-                      "text": [text(shard * n + i, size) for i in range(n)]})  # fmt: skip
+    table = pa.table(
+        {
+            "id": [shard * n + i for i in range(n)],
+            "text": [text(shard * n + i, size) for i in range(n)],
+        }
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf, row_group_size=4096)
     return buf.getvalue()
@@ -88,12 +93,19 @@ async def hand_written(
     the standard calls, and its samples handed to the consumer loop in shard order. With
     ``shuffle``, shards come in a random order and each window of 1,024 samples is permuted
     (the cheapest shuffle of comparable local strength to Zephon's ``block``)."""
-    config = AioConfig(max_pool_connections=concurrency, s3={"addressing_style": "path"},
-                       retries={"total_max_attempts": 1, "mode": "standard"})  # fmt: skip
+    config = AioConfig(
+        max_pool_connections=concurrency,
+        s3={"addressing_style": "path"},
+        retries={"total_max_attempts": 1, "mode": "standard"},
+    )
     async with _SESSION.create_client(
-        "s3", endpoint_url=endpoint.endpoint_url, aws_access_key_id=endpoint.key,
-        aws_secret_access_key=endpoint.secret, region_name=endpoint.region_name, config=config,
-    ) as client:  # fmt: skip
+        "s3",
+        endpoint_url=endpoint.endpoint_url,
+        aws_access_key_id=endpoint.key,
+        aws_secret_access_key=endpoint.secret,
+        region_name=endpoint.region_name,
+        config=config,
+    ) as client:
         sem = asyncio.Semaphore(concurrency)
 
         async def one(key: str) -> list[Any]:
@@ -147,17 +159,23 @@ def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int, size:
         endpoint.create_bucket("bench")
         client = endpoint.client()
         for i in range(shards):
-            client.put_object(Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl",
-                              Body=jsonl_shard(i, per_shard, size))  # fmt: skip
-            client.put_object(Bucket="bench", Key=f"pq/p{i:04d}.parquet",
-                              Body=parquet_shard(i, per_shard, size))  # fmt: skip
+            client.put_object(
+                Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl", Body=jsonl_shard(i, per_shard, size)
+            )
+            client.put_object(
+                Bucket="bench", Key=f"pq/p{i:04d}.parquet", Body=parquet_shard(i, per_shard, size)
+            )
         options = endpoint.storage_options()
         total = shards * per_shard
-        print(f"# 1. end to end ({size} samples): {shards} shards x {per_shard} samples from "
-              f"moto, concurrency {concurrency}, median of {rounds} alternating rounds after a "
-              "warm-up")  # fmt: skip
-        print(f"{'format / zephon vs reader':<34} {'MB':>6} {'zephon samples/s':>17} "
-              f"{'reader':>10} {'ratio':>7}")  # fmt: skip
+        print(
+            f"# 1. end to end ({size} samples): {shards} shards x {per_shard} samples from "
+            f"moto, concurrency {concurrency}, median of {rounds} alternating rounds after a "
+            "warm-up"
+        )
+        print(
+            f"{'format / zephon vs reader':<34} {'MB':>6} {'zephon samples/s':>17} "
+            f"{'reader':>10} {'ratio':>7}"
+        )
         for fmt, prefix in (("jsonl", "jsonl/"), ("parquet", "pq/")):
             ds = Dataset.from_path(fmt, f"s3://bench/{prefix}", storage_options=options)
             keys = [s.uri.split("/", 3)[3] for s in ds.shards]
@@ -180,11 +198,16 @@ def end_to_end(shards: int, per_shard: int, rounds: int, concurrency: int, size:
                     assert n == total, (name, n, total)
                     rates[name].append(total / (time.perf_counter() - t))
             rate = {name: statistics.median(v) for name, v in rates.items()}
-            for zephon, reader in (("none", "reader"), ("block", "shuffling reader"),
-                                   ("block", "reader")):  # fmt: skip
+            for zephon, reader in (
+                ("none", "reader"),
+                ("block", "shuffling reader"),
+                ("block", "reader"),
+            ):
                 label = f"{fmt}: {zephon} / {reader}"
-                print(f"{label:<34} {mb:>6.1f} {rate[zephon]:>17,.0f} {rate[reader]:>10,.0f} "
-                      f"{rate[zephon] / rate[reader]:>6.2f}x")  # fmt: skip
+                print(
+                    f"{label:<34} {mb:>6.1f} {rate[zephon]:>17,.0f} {rate[reader]:>10,.0f} "
+                    f"{rate[zephon] / rate[reader]:>6.2f}x"
+                )
 
 
 class _Placeholders:
@@ -213,10 +236,12 @@ def breakdown(shards: int, per_shard: int, rounds: int, concurrency: int) -> Non
         endpoint.create_bucket("bench")
         client = endpoint.client()
         for i in range(shards):
-            client.put_object(Bucket="bench", Key=f"pq/p{i:04d}.parquet",
-                              Body=parquet_shard(i, per_shard))  # fmt: skip
-        ds = Dataset.from_path("parquet", "s3://bench/pq/",
-                               storage_options=endpoint.storage_options())  # fmt: skip
+            client.put_object(
+                Bucket="bench", Key=f"pq/p{i:04d}.parquet", Body=parquet_shard(i, per_shard)
+            )
+        ds = Dataset.from_path(
+            "parquet", "s3://bench/pq/", storage_options=endpoint.storage_options()
+        )
         keys = [sh.uri.split("/", 3)[3] for sh in ds.shards]
 
         def reader() -> Any:
@@ -243,8 +268,10 @@ def breakdown(shards: int, per_shard: int, rounds: int, concurrency: int) -> Non
                 finally:
                     ParquetCodec.decode = real_decode  # type: ignore[method-assign]
                     pq.read_table = real_read_table
-    print(f"\n# 4. small-row Parquet breakdown: {shards} x {per_shard} rows, shuffle none, "
-          f"CPU seconds (best of {rounds})")  # fmt: skip
+    print(
+        f"\n# 4. small-row Parquet breakdown: {shards} x {per_shard} rows, shuffle none, "
+        f"CPU seconds (best of {rounds})"
+    )
     for name, cpu in best.items():
         print(f"{name:<28} {cpu:>7.3f} s")
     z, h = best["zephon chunk 1024"], best["hand-written"]
@@ -280,8 +307,12 @@ def memory_child(endpoint_url: str, budget_mb: int) -> None:
     ds = Dataset.from_path("big", "s3://bench/big/", storage_options=endpoint.storage_options())
 
     async def run() -> int:
-        pipe = Pipeline(StaticMixtureWorkSource([ds], shuffle="block"), rank=0, world_size=1,
-                        fetch_budget_bytes=budget_mb << 20)  # fmt: skip
+        pipe = Pipeline(
+            StaticMixtureWorkSource([ds], shuffle="block"),
+            rank=0,
+            world_size=1,
+            fetch_budget_bytes=budget_mb << 20,
+        )
         n = 0
         async for _ in pipe:
             n += 1
@@ -305,11 +336,15 @@ def memory(budget_mb: int, shards: int, shard_mb: int) -> None:
             client.put_object(Bucket="bench", Key=f"big/p{i:04d}.jsonl", Body=body)
         out = subprocess.run(
             [sys.executable, __file__, "--memory-child", endpoint.endpoint_url, str(budget_mb)],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         result: dict[str, Any] = json.loads(out.stdout)
-    print(f"\n# 3. memory: {result['dataset_mb']:.0f} MiB dataset, fetch budget {budget_mb} MiB, "
-          "slow consumer")  # fmt: skip
+    print(
+        f"\n# 3. memory: {result['dataset_mb']:.0f} MiB dataset, fetch budget {budget_mb} MiB, "
+        "slow consumer"
+    )
     print(
         f"peak RSS {result['peak_rss_mb']:.0f} MiB (target < budget + 300 = {budget_mb + 300} MiB)"
     )

@@ -46,8 +46,16 @@ def child(mode: str, pointers: int, shards: int, samples: int, lanes: int, mix: 
             break
     objects_s = time.perf_counter() - started
     rss_mb = peak_rss_mb()
-    print(json.dumps({"pps": planned / plan_s, "objects_pps": made / objects_s,
-                      "req_per_chunk": reads * 1024 / planned, "rss_mb": rss_mb}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "pps": planned / plan_s,
+                "objects_pps": made / objects_s,
+                "req_per_chunk": reads * 1024 / planned,
+                "rss_mb": rss_mb,
+            }
+        )
+    )
 
 
 def batching(shards: int, samples: int, lanes: int, pointers: int = 500_000) -> None:
@@ -100,11 +108,28 @@ def main() -> None:
         f"{'shuffle':<16} {'planned ptr/s':>14} {'as objects ptr/s':>17} {'reads/chunk':>12} "
         f"{'peak RSS MB':>12}"
     )
-    for mode, mix in [("none", False), ("shards", False), ("block", False), ("global", False),
-                      ("block", True), ("global", True)]:  # fmt: skip
-        cmd = [sys.executable, __file__, "--child", mode, "--pointers", str(args.pointers),
-               "--shards", str(args.shards), "--samples", str(args.samples),
-               "--lanes", str(args.lanes)] + (["--mix"] if mix else [])  # fmt: skip
+    for mode, mix in [
+        ("none", False),
+        ("shards", False),
+        ("block", False),
+        ("global", False),
+        ("block", True),
+        ("global", True),
+    ]:
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--pointers",
+            str(args.pointers),
+            "--shards",
+            str(args.shards),
+            "--samples",
+            str(args.samples),
+            "--lanes",
+            str(args.lanes),
+        ] + (["--mix"] if mix else [])
         out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         label = mode + (" 70/30 mix" if mix else "")
         print(

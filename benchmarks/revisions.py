@@ -44,8 +44,9 @@ SMALL_CASES = ["small-none:1", "small-block:1", "small-block:40", "small-global:
 
 def export(rev: str, into: Path) -> Path:
     """``src/`` of ``rev`` under ``into``; returns the directory to put on ``PYTHONPATH``."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
-                             capture_output=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "src"], check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into / "src"
@@ -103,8 +104,10 @@ def child_small(case: str, passes: int) -> dict[str, float]:
     _, state = first_batch(None)  # warm-up: imports, the loop's first use
     fresh = [first_batch(None)[0] for _ in range(passes)]
     restored = [first_batch(state)[0] for _ in range(passes)]
-    return {"first_us": statistics.median(fresh) * 1e6,
-            "restore_us": statistics.median(restored) * 1e6}  # fmt: skip
+    return {
+        "first_us": statistics.median(fresh) * 1e6,
+        "restore_us": statistics.median(restored) * 1e6,
+    }
 
 
 def _identity(sample: Any) -> Any:
@@ -126,11 +129,12 @@ def compare(trees: dict[str, Path], cases: list[str], command: Any, rounds: int)
     for r in range(rounds):
         for case in cases:
             for name in names[r % 2 :] + names[: r % 2]:  # no side always first
-                results.setdefault((case, name), []).append(run_child(trees[name],
-                                                                      command(case)))  # fmt: skip
+                results.setdefault((case, name), []).append(run_child(trees[name], command(case)))
     metrics = list(results[(cases[0], "head")][0])
-    print(f"{'case':<14}" + "".join(f" {f'{m} base':>14} {f'{m} head':>14} {'head/base':>10}"
-                                    for m in metrics))  # fmt: skip
+    print(
+        f"{'case':<14}"
+        + "".join(f" {f'{m} base':>14} {f'{m} head':>14} {'head/base':>10}" for m in metrics)
+    )
     for case in cases:
         row = f"{case:<14}"
         for m in metrics:
@@ -164,8 +168,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="zephon-base-") as tmp:
         head = ROOT / "src" if args.head is None else export(args.head, Path(tmp) / "head")
         trees = {"base": export(args.base, Path(tmp) / "base"), "head": head}
-        print(f"# base {args.base} against {args.head or 'the working tree'}, "
-              f"median of {args.rounds} rounds")  # fmt: skip
+        print(
+            f"# base {args.base} against {args.head or 'the working tree'}, "
+            f"median of {args.rounds} rounds"
+        )
         if args.suite == "planner":
             cmd = [str(HERE / "planner.py"), "--pointers", str(args.pointers), "--child"]
 
@@ -205,10 +211,12 @@ def pipeline_suite(trees: dict[str, Path], args: argparse.Namespace) -> None:
         endpoint.create_bucket("bench")
         client = endpoint.client()
         for i in range(16):
-            client.put_object(Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl",
-                              Body=jsonl_shard(i, 10_000))  # fmt: skip
-            client.put_object(Bucket="bench", Key=f"pq/p{i:04d}.parquet",
-                              Body=parquet_shard(i, 10_000))  # fmt: skip
+            client.put_object(
+                Bucket="bench", Key=f"jsonl/p{i:04d}.jsonl", Body=jsonl_shard(i, 10_000)
+            )
+            client.put_object(
+                Bucket="bench", Key=f"pq/p{i:04d}.parquet", Body=parquet_shard(i, 10_000)
+            )
         print("# pipeline: 16 shards x 10,000 rows from moto; trivial: 200,000 in-memory rows")
         me = str(Path(__file__).resolve())
 

@@ -34,9 +34,13 @@ def setup(endpoint: Any) -> Any:
     import boto3
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    client = boto3.client("s3", endpoint_url=endpoint.endpoint_url,
-                          aws_access_key_id=endpoint.key, aws_secret_access_key=endpoint.secret,
-                          region_name="us-east-1")  # fmt: skip
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint.endpoint_url,
+        aws_access_key_id=endpoint.key,
+        aws_secret_access_key=endpoint.secret,
+        region_name="us-east-1",
+    )
     client.create_bucket(Bucket="stall")
     rng = random.Random(0)
     for s in range(16):
@@ -44,12 +48,14 @@ def setup(endpoint: Any) -> Any:
         for i in range(4000):
             text = " ".join(rng.choices(WORDS, k=rng.randrange(150, 400)))
             body.write(json.dumps({"id": s * 4000 + i, "text": text}) + "\n")
-        client.put_object(Bucket="stall", Key=f"web/part-{s:03d}.jsonl",
-                          Body=body.getvalue().encode())  # fmt: skip
+        client.put_object(
+            Bucket="stall", Key=f"web/part-{s:03d}.jsonl", Body=body.getvalue().encode()
+        )
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(WORDS * 50, trainers.BpeTrainer(
-        vocab_size=64, special_tokens=["[UNK]", "<s>", "</s>"]))  # fmt: skip
+    tok.train_from_iterator(
+        WORDS * 50, trainers.BpeTrainer(vocab_size=64, special_tokens=["[UNK]", "<s>", "</s>"])
+    )
     return tok
 
 
@@ -89,10 +95,16 @@ def consume(pipe: Any, batches: int, step_s: float) -> dict[str, float]:
     steady_wall = wall - sum(waits[: lanes - 1]) - step_s * (lanes - 1)
     late = sum(waits[batches // 2 :]) / (end - half)  # waits[i] is batch i + 1's
     waits.sort()
-    return {"first": first, "share": sum(waits) / wall, "p99": waits[int(0.99 * len(waits))],
-            "max": waits[-1], "rate": (batches - 1 - batches // 2) / (end - half),
-            "total": end - started, "late": late,
-            "steady": sum(steady) / max(steady_wall, 1e-9)}  # fmt: skip
+    return {
+        "first": first,
+        "share": sum(waits) / wall,
+        "p99": waits[int(0.99 * len(waits))],
+        "max": waits[-1],
+        "rate": (batches - 1 - batches // 2) / (end - half),
+        "total": end - started,
+        "late": late,
+        "steady": sum(steady) / max(steady_wall, 1e-9),
+    }
 
 
 def main() -> None:
@@ -107,17 +119,24 @@ def main() -> None:
     proxy.start()
     try:
         tok = setup(endpoint)
-        os.environ.update({"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": endpoint.key,
-                           "AWS_SECRET_ACCESS_KEY": endpoint.secret,
-                           "AWS_DEFAULT_REGION": "us-east-1"})  # fmt: skip
+        os.environ.update(
+            {
+                "AWS_ENDPOINT_URL": proxy.url,
+                "AWS_ACCESS_KEY_ID": endpoint.key,
+                "AWS_SECRET_ACCESS_KEY": endpoint.secret,
+                "AWS_DEFAULT_REGION": "us-east-1",
+            }
+        )
         alone = consume(build(tok, args.light, args.engine), args.batches * 2, 0.0)
         print(
             f"# loader alone: {alone['rate']:.0f} batches/s over the second half; first batch "
             f"{alone['first']:.2f} s; {args.batches * 2} batches in {alone['total']:.2f} s"
         )
-        print(f"{'step':>6} {'demand':>7} {'wait share':>11} {'p99 wait':>9} {'max wait':>9} "
-              f"{'first batch':>12} {'after every lane started':>25} "
-              f"{'second half':>12}  target (< 1% waiting if capacity >= 2x demand)")  # fmt: skip
+        print(
+            f"{'step':>6} {'demand':>7} {'wait share':>11} {'p99 wait':>9} {'max wait':>9} "
+            f"{'first batch':>12} {'after every lane started':>25} "
+            f"{'second half':>12}  target (< 1% waiting if capacity >= 2x demand)"
+        )
         for step_ms in (5, 20, 100):
             n = max(30, min(args.batches, int(12_000 / step_ms)))
             r = consume(build(tok, args.light, args.engine), n, step_ms / 1000)

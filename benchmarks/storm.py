@@ -38,8 +38,9 @@ def setup(endpoint: Any) -> None:
                 rng.choices(["data", "shard", "token", "lane"], k=rng.randrange(50, 400))
             )
             body.write(json.dumps({"id": s * 4000 + i, "text": text}) + "\n")
-        client.put_object(Bucket="storm", Key=f"web/part-{s:03d}.jsonl",
-                          Body=body.getvalue().encode())  # fmt: skip
+        client.put_object(
+            Bucket="storm", Key=f"web/part-{s:03d}.jsonl", Body=body.getvalue().encode()
+        )
 
 
 def main() -> None:
@@ -58,11 +59,16 @@ def main() -> None:
             ds = Dataset.from_path("web", "s3://storm/web/", storage_options=options)
             ws = StaticMixtureWorkSource([ds], seed=0, shuffle="block", stop_after_passes=None)
             pipe = Pipeline(ws, rank=0, world_size=1, lanes=4, range_cache_bytes=0).batch(64)
-            phases = [("fault-free", args.phase_s, Faults(latency_s=0.03)),
-                      ("stalls+trickles", args.phase_s,
-                       Faults(latency_s=0.03, stall_rate=0.002, trickle_rate=0.002, seed=1)),
-                      ("storm", args.storm_s, Faults(latency_s=0.03, throttle_rate=1.0)),
-                      ("after", args.after_s, Faults(latency_s=0.03))]  # fmt: skip
+            phases = [
+                ("fault-free", args.phase_s, Faults(latency_s=0.03)),
+                (
+                    "stalls+trickles",
+                    args.phase_s,
+                    Faults(latency_s=0.03, stall_rate=0.002, trickle_rate=0.002, seed=1),
+                ),
+                ("storm", args.storm_s, Faults(latency_s=0.03, throttle_rate=1.0)),
+                ("after", args.after_s, Faults(latency_s=0.03)),
+            ]
             ends, at = [], 0.0
             for name, length, _ in phases:
                 at += length
@@ -92,8 +98,10 @@ def main() -> None:
             begin = 0.0
             for name, end in ends:
                 inside = [a for a in arrivals if begin <= a < end]
-                seconds[name] = [64 * sum(1 for a in inside if begin + k <= a < begin + k + 1)
-                                 for k in range(int(end - begin))]  # fmt: skip
+                seconds[name] = [
+                    64 * sum(1 for a in inside if begin + k <= a < begin + k + 1)
+                    for k in range(int(end - begin))
+                ]
                 gaps = [b - a for a, b in zip([begin, *inside], [*inside, end], strict=True)]
                 longest_wait[name] = max(gaps)
                 begin = end
@@ -106,15 +114,19 @@ def main() -> None:
     base = statistics.median(seconds["fault-free"][3:])
     stalls = statistics.median(seconds["stalls+trickles"])
     after = seconds["after"]
-    recovery = next((i for i in range(len(after) - 1)
-                     if after[i] >= 0.9 * base and after[i + 1] >= 0.9 * base), None)  # fmt: skip
+    recovery = next(
+        (i for i in range(len(after) - 1) if after[i] >= 0.9 * base and after[i + 1] >= 0.9 * base),
+        None,
+    )
     load = os.getloadavg()[0]
     print(f"load {load:.1f}; samples/s per second, baseline median {base:,.0f}")
-    print(f"stalls+trickles: median {stalls:,.0f} = {stalls / base:.2f}x baseline; "
-          f"{injected.get('stall', 0)} stalls, {injected.get('trickle', 0)} trickles injected, "
-          f"{hedged} reads hedged, {won} hedges won; longest wait for a batch "
-          f"{longest_wait['stalls+trickles']:.2f} s (fault-free: "
-          f"{longest_wait['fault-free']:.2f} s)")  # fmt: skip
+    print(
+        f"stalls+trickles: median {stalls:,.0f} = {stalls / base:.2f}x baseline; "
+        f"{injected.get('stall', 0)} stalls, {injected.get('trickle', 0)} trickles injected, "
+        f"{hedged} reads hedged, {won} hedges won; longest wait for a batch "
+        f"{longest_wait['stalls+trickles']:.2f} s (fault-free: "
+        f"{longest_wait['fault-free']:.2f} s)"
+    )
     print(
         f"storm of {args.storm_s:.0f} s: {injected.get('throttle', 0)} throttled requests, "
         f"samples in the storm {sum(seconds['storm']):,}"

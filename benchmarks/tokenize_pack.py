@@ -93,8 +93,10 @@ def checkpoint_cost(n: int) -> None:
     restore_s = time.perf_counter() - started
     it.close()
     print(f"\n# 2. checkpoint after {seen:,} samples (8 lanes, shuffle(4096), batch(64))")
-    print(f"size {len(blob):,} bytes of JSON (target < 16,384); restore to first batch "
-          f"{restore_s:.3f} s (target < 1 s)")  # fmt: skip
+    print(
+        f"size {len(blob):,} bytes of JSON (target < 16,384); restore to first batch "
+        f"{restore_s:.3f} s (target < 1 s)"
+    )
 
 
 CHATML = (
@@ -128,9 +130,14 @@ def chat_bpe(convs: list[dict[str, object]]) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     text = [m["content"] for c in convs[:2000] for m in c["messages"]]  # type: ignore[attr-defined]
-    tok.train_from_iterator(text, trainers.BpeTrainer(
-        vocab_size=600, special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    tok.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=["<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     return tok
 
 
@@ -138,8 +145,12 @@ def sft_zephon(
     tok: Tokenizer, ds: Dataset, seq: int, algorithm: str = "best_fit"
 ) -> tuple[float, list]:
     ws = StaticMixtureWorkSource([ds], shuffle="none")
-    pipe = (Pipeline(ws, rank=0, world_size=1).tokenize_chat(tok, chat_template=CHATML)
-            .pack_sequences(seq, algorithm, window=256).to_training())  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1)
+        .tokenize_chat(tok, chat_template=CHATML)
+        .pack_sequences(seq, algorithm, window=256)
+        .to_training()
+    )
     started = time.perf_counter()
     rows = list(pipe)
     elapsed = time.perf_counter() - started
@@ -217,8 +228,10 @@ def sft(rounds: int, n: int = 4000, seq: int = 2048) -> None:
         hand.append(sft_by_hand(tok, convs, seq))
         ours.append(sft_zephon(tok, ds, seq)[0])
     h, z = statistics.median(hand), statistics.median(ours)
-    print(f"\n# 3. chat SFT: tokenize_chat + pack_sequences({seq}, best_fit) + to_training, "
-          f"{n:,} conversations, median of {rounds}")  # fmt: skip
+    print(
+        f"\n# 3. chat SFT: tokenize_chat + pack_sequences({seq}, best_fit) + to_training, "
+        f"{n:,} conversations, median of {rounds}"
+    )
     print(f"hand-written loop      {h:>12,.0f} tokens/s")
     print(f"zephon                 {z:>12,.0f} tokens/s")
     print(f"ratio                  {z / h:>12.2f}x (target >= 0.8x)")

@@ -80,9 +80,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folders = make_data(Path(tmp))
         print(f"# 2 worker processes, fresh process per run, median of {args.rounds}")
-        print(f"{'pipeline':<12} {'pickled img/s':>14} {'shared img/s':>13} {'ratio':>6} "
-              f"{'main CPU s (pickled / shared)':>30} "
-              f"{'peak RSS MB (pickled / shared)':>31}")  # fmt: skip
+        print(
+            f"{'pipeline':<12} {'pickled img/s':>14} {'shared img/s':>13} {'ratio':>6} "
+            f"{'main CPU s (pickled / shared)':>30} "
+            f"{'peak RSS MB (pickled / shared)':>31}"
+        )
         for kind, folder in folders.items():
             runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
             for _ in range(args.rounds):
@@ -94,9 +96,11 @@ def main() -> None:
             rate = {f: statistics.median(r["rate"] for r in runs[f]) for f in runs}
             cpu = {f: statistics.median(r["main_cpu"] for r in runs[f]) for f in runs}
             rss = {f: statistics.median(r["rss_mb"] for r in runs[f]) for f in runs}
-            print(f"{kind:<12} {rate['0']:>14,.0f} {rate['1']:>13,.0f} "
-                  f"{rate['1'] / rate['0']:>5.2f}x {cpu['0']:>23.2f} / {cpu['1']:<5.2f} "
-                  f"{rss['0']:>23,.0f} / {rss['1']:,.0f}")  # fmt: skip
+            print(
+                f"{kind:<12} {rate['0']:>14,.0f} {rate['1']:>13,.0f} "
+                f"{rate['1'] / rate['0']:>5.2f}x {cpu['0']:>23.2f} / {cpu['1']:<5.2f} "
+                f"{rss['0']:>23,.0f} / {rss['1']:,.0f}"
+            )
 
 
 if __name__ == "__main__":

@@ -39,12 +39,14 @@ def write_shards(root: Path, shards: int = 2, per_shard: int = 24) -> None:
 
 def build(ds: Dataset) -> Pipeline:
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
-    return (Pipeline(ws, rank=0, world_size=1)
-            .decode_image("jpg", max_size=64, processes=2)  # 2 workers; JPEG draft mode
-            .random_resized_crop(64, seed=0)    # keyed by the sample: resumes exactly
-            .flip(seed=0)                       # these run in the same worker call as decode:
-            .to_chw()                           # only the 64 px crop comes back
-            .batch(8))  # fmt: skip
+    return (
+        Pipeline(ws, rank=0, world_size=1)
+        .decode_image("jpg", max_size=64, processes=2)  # 2 workers; JPEG draft mode
+        .random_resized_crop(64, seed=0)  # keyed by the sample: resumes exactly
+        .flip(seed=0)  # these run in the same worker call as decode:
+        .to_chw()  # only the 64 px crop comes back
+        .batch(8)
+    )
 
 
 def main() -> None:
@@ -57,8 +59,10 @@ def main() -> None:
         state = None
         for n, batch in enumerate(pipe):
             captions = [t.decode() for t in batch["txt"]]
-            print(f"batch {n}: images {batch['jpg'].shape} {batch['jpg'].dtype}, "
-                  f"first caption {captions[0]!r}")  # fmt: skip
+            print(
+                f"batch {n}: images {batch['jpg'].shape} {batch['jpg'].dtype}, "
+                f"first caption {captions[0]!r}"
+            )
             batches.append(batch["jpg"])
             if n == 2:
                 state = pipe.checkpoint()

@@ -17,8 +17,10 @@ def write(root: Path, name: str, shards: int, docs: int) -> None:
     rng = random.Random(name)
     (root / name).mkdir(parents=True)
     for s in range(shards):
-        lines = [json.dumps({"text": " ".join(rng.choices(["data", "loader", name], k=40))})
-                 for _ in range(docs)]  # fmt: skip
+        lines = [
+            json.dumps({"text": " ".join(rng.choices(["data", "loader", name], k=40))})
+            for _ in range(docs)
+        ]
         (root / name / f"part-{s:03d}.jsonl").write_text("\n".join(lines) + "\n")
 
 

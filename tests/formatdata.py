@@ -23,10 +23,14 @@ WORDS = ["alpha", "beta", "gamma", "ünïcode", "émoji 🚀", 'quo"te', "tab\ts
 def records(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     return [
-        {"id": i, "text": " ".join(rng.choices(WORDS, k=rng.randrange(1, 40))),
-         "score": rng.random(), "tags": rng.sample(WORDS, rng.randrange(0, 3))}
+        {
+            "id": i,
+            "text": " ".join(rng.choices(WORDS, k=rng.randrange(1, 40))),
+            "score": rng.random(),
+            "tags": rng.sample(WORDS, rng.randrange(0, 3)),
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def write_jsonl(root: Path, shards: int = 5, per_shard: int = 57) -> list[dict[str, Any]]:

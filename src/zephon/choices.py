@@ -11,11 +11,27 @@ from typing import Any, Literal, get_args
 from zephon.errors import ConfigError
 
 __all__ = [
-    "DatasetFormat", "Engine", "ExhaustedPolicy", "ImageBackend", "ImageMode", "LossOn",
-    "MixtureUnit", "OnError", "OnSurplus", "PackAlgorithm", "Padding", "PositionIds",
-    "ResizeBackend", "ShuffleMode", "SpecialTokens", "TensorDtype", "TensorLayout", "WeightBy",
-    "check", "choices",
-]  # fmt: skip
+    "DatasetFormat",
+    "Engine",
+    "ExhaustedPolicy",
+    "ImageBackend",
+    "ImageMode",
+    "LossOn",
+    "MixtureUnit",
+    "OnError",
+    "OnSurplus",
+    "PackAlgorithm",
+    "Padding",
+    "PositionIds",
+    "ResizeBackend",
+    "ShuffleMode",
+    "SpecialTokens",
+    "TensorDtype",
+    "TensorLayout",
+    "WeightBy",
+    "check",
+    "choices",
+]
 
 ShuffleMode = Literal["none", "shards", "block", "global"]
 ExhaustedPolicy = Literal["repeat", "stop"]

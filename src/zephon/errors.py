@@ -199,8 +199,9 @@ def native_reader_failure(exc: BaseException) -> bool:
         return True
     if type(exc).__name__ == "PanicException":
         return True
-    return any((c.__module__, c.__name__) == ("pyarrow.lib", "ArrowException")
-               for c in type(exc).__mro__)  # fmt: skip
+    return any(
+        (c.__module__, c.__name__) == ("pyarrow.lib", "ArrowException") for c in type(exc).__mro__
+    )
 
 
 def first_error(group: BaseExceptionGroup[Any]) -> BaseException:

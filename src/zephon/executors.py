@@ -65,8 +65,10 @@ class Ray:
 
     def __repr__(self) -> str:  # the address may carry credentials; the runtime env too
         address = None if self.address is None else re.sub(r"//[^/@]*@", "//***@", self.address)
-        return (f"Ray(num_actors={self.num_actors}, address={address!r}, "
-                f"num_cpus_per_actor={self.num_cpus_per_actor})")  # fmt: skip
+        return (
+            f"Ray(num_actors={self.num_actors}, address={address!r}, "
+            f"num_cpus_per_actor={self.num_cpus_per_actor})"
+        )
 
     @property
     def inflight(self) -> int:

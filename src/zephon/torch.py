@@ -53,8 +53,11 @@ def _pinnable() -> bool:
     accelerator = getattr(torch, "accelerator", None)
     found = bool(accelerator.is_available() if accelerator else torch.cuda.is_available())
     if not found:
-        warnings.warn("pin_memory=True but no accelerator is available: tensors are not pinned",
-                      RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            "pin_memory=True but no accelerator is available: tensors are not pinned",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return found
 
 
@@ -145,17 +148,33 @@ def loader_state(checkpoint: dict[str, Any], num_workers: int) -> dict[str, Any]
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"loader_state: num_workers must be an int >= 0, got {num_workers!r}")
     fetcher = {"dataset_iter_state": None, "fetcher_ended": False}
-    main = {"_sampler_iter_state": None, "_index_sampler_state": None,
-            "_sampler_iter_yielded": 0, "_IterableDataset_len_called": None,
-            "_shared_seed": None}  # fmt: skip
+    main = {
+        "_sampler_iter_state": None,
+        "_index_sampler_state": None,
+        "_sampler_iter_yielded": 0,
+        "_IterableDataset_len_called": None,
+        "_shared_seed": None,
+    }
     if num_workers == 0:
-        return {**main, "_num_yielded": 0, "fetcher_state": fetcher,
-                "dataset_state": checkpoint, "_iterator_finished": False}  # fmt: skip
-    workers = {f"worker_{w}": {"worker_id": w, "dataset_state": checkpoint,
-                               "fetcher_state": fetcher} for w in range(num_workers)}  # fmt: skip
-    snapshot = {"_snapshot_step": 0, "_last_yielded_worker_id": num_workers - 1,
-                "_main_snapshot": {**main, "_num_workers": num_workers,
-                                   "_base_seed": int(torch.empty((), dtype=torch.int64)
-                                                     .random_().item())},
-                "_worker_snapshots": workers}  # fmt: skip
+        return {
+            **main,
+            "_num_yielded": 0,
+            "fetcher_state": fetcher,
+            "dataset_state": checkpoint,
+            "_iterator_finished": False,
+        }
+    workers = {
+        f"worker_{w}": {"worker_id": w, "dataset_state": checkpoint, "fetcher_state": fetcher}
+        for w in range(num_workers)
+    }
+    snapshot = {
+        "_snapshot_step": 0,
+        "_last_yielded_worker_id": num_workers - 1,
+        "_main_snapshot": {
+            **main,
+            "_num_workers": num_workers,
+            "_base_seed": int(torch.empty((), dtype=torch.int64).random_().item()),
+        },
+        "_worker_snapshots": workers,
+    }
     return {"_snapshot": snapshot, "_steps_since_snapshot": 0, "_iterator_finished": False}

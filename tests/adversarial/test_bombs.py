@@ -22,7 +22,8 @@ from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.errors import FormatError
 from zephon.formats import compression
 from zephon.ops import jpeg
-from zephon.ops.image import DecodeImage, RandomResizedCrop
+from zephon.ops.image import RandomResizedCrop
+from zephon.ops.imagedecode import DecodeImage
 from zephon.ops.jpeg import DecodeCrop
 
 BACKENDS = ["auto", "simplejpeg", "pillow"]

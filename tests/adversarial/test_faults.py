@@ -31,8 +31,9 @@ def jsonl(ids: range) -> bytes:
 def shards(s3_endpoint: S3Endpoint, s3_bucket: str) -> str:
     client = s3_endpoint.client()
     for s in range(3):
-        client.put_object(Bucket=s3_bucket, Key=f"d/part-{s}.jsonl",
-                          Body=jsonl(range(s * 400, (s + 1) * 400)))  # fmt: skip
+        client.put_object(
+            Bucket=s3_bucket, Key=f"d/part-{s}.jsonl", Body=jsonl(range(s * 400, (s + 1) * 400))
+        )
     return f"s3://{s3_bucket}/d/"
 
 
@@ -54,8 +55,9 @@ async def test_an_anonymous_client_of_a_private_bucket_gets_access_denied(
     shards: str, proxy: FaultProxy
 ) -> None:
     with pytest.raises(AccessDenied, match="access denied") as info:
-        await Dataset.afrom_path("d", shards, storage_options={"endpoint_url": proxy.url,
-                                                               "anon": True})  # fmt: skip
+        await Dataset.afrom_path(
+            "d", shards, storage_options={"endpoint_url": proxy.url, "anon": True}
+        )
     assert shards in str(info.value) and proxy.injected["denied"] > 0
     with pytest.raises(AccessDenied):  # the sync door too
         Dataset.from_path("d", shards, storage_options={"endpoint_url": proxy.url, "anon": True})
@@ -106,8 +108,9 @@ def test_an_object_rewritten_after_discovery_is_refused_unless_its_bytes_are_the
     s3_endpoint: S3Endpoint, s3_bucket: str, shards: str, same_bytes: bool
 ) -> None:
     # Scanned bytes kept for the first epoch would be the discovered version: none kept here.
-    ds = Dataset.from_path("d", shards, storage_options=s3_endpoint.storage_options(),
-                           keep_scan_bytes=0)  # fmt: skip
+    ds = Dataset.from_path(
+        "d", shards, storage_options=s3_endpoint.storage_options(), keep_scan_bytes=0
+    )
     # Rewritten between discovery and the run's reads. (Rewritten once the run had delivered
     # its first items, the shard had sometimes been read already: how far a run reads ahead
     # is not what this test is about.)
@@ -127,7 +130,7 @@ def test_throttling_that_never_ends_is_a_throttled_error(
 ) -> None:
     ds = Dataset.from_path(
         "d", shards, storage_options=s3_endpoint.storage_options(proxy.url), keep_scan_bytes=0
-    )  # fmt: skip  (the pipeline's own reads are tested)
+    )  # (the pipeline's own reads are tested)
     proxy.faults = Faults(throttle_rate=1.0)  # from now on, every request is told to slow down
     with pytest.raises(Throttled, match=r"part-\d.jsonl \(status 503, SlowDown\)") as info:
         list(_pass(ds))
@@ -137,17 +140,23 @@ def test_throttling_that_never_ends_is_a_throttled_error(
 
 
 @pytest.mark.parametrize(
-    "proxy", [Faults(throttle_rate=0.15, reset_rate=0.05, truncate_rate=0.05, seed=5)],
+    "proxy",
+    [Faults(throttle_rate=0.15, reset_rate=0.05, truncate_rate=0.05, seed=5)],
     indirect=True,
-)  # fmt: skip
+)
 def test_flaky_connections_change_nothing_in_a_two_lane_sync_run(
     s3_endpoint: S3Endpoint, shards: str, proxy: FaultProxy
 ) -> None:
     def run(options: dict[str, Any]) -> list[int]:
         ds = Dataset.from_path("d", shards, storage_options=options, keep_scan_bytes=0)
         ws = StaticMixtureWorkSource([ds], seed=4, shuffle="global", coalesce_gap_bytes=0)
-        pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, retry=RetryPolicy(
-            max_attempts=12, base_delay_s=0.001, max_delay_s=0.01))  # fmt: skip
+        pipe = Pipeline(
+            ws,
+            rank=0,
+            world_size=1,
+            lanes=2,
+            retry=RetryPolicy(max_attempts=12, base_delay_s=0.001, max_delay_s=0.01),
+        )
         return [s["id"] for s in pipe]
 
     clean = run(s3_endpoint.storage_options())

@@ -75,8 +75,10 @@ def _tar(path: Path, members: list[tuple[str, bytes]], pax: dict[str, str] | Non
 def test_a_tar_sample_holding_a_name_twice_is_a_format_error(tmp_path: Path, name: str) -> None:
     root = tmp_path / "wds"
     root.mkdir()
-    _tar(root / "a.tar", [("0000.txt", b"a"), ("0001.txt", b"first"), (name, b"second"),
-                          ("0002.txt", b"c")])  # fmt: skip
+    _tar(
+        root / "a.tar",
+        [("0000.txt", b"a"), ("0001.txt", b"first"), (name, b"second"), ("0002.txt", b"c")],
+    )
     ds = Dataset.from_path("tars", str(root), index_cache=False)
     with pytest.raises(FormatError, match="twice") as caught:
         list(_pipe(ds))
@@ -112,9 +114,13 @@ def test_a_tar_extended_header_declaring_a_terabyte_is_refused(tmp_path: Path) -
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("fixture", "key", "field"),
-    [("mds", "shards", "samples"), ("mds-zstd", "shards", "samples"),
-     ("litdata", "chunks", "chunk_size"), ("litdata-zstd", "chunks", "chunk_size")],
-)  # fmt: skip
+    [
+        ("mds", "shards", "samples"),
+        ("mds-zstd", "shards", "samples"),
+        ("litdata", "chunks", "chunk_size"),
+        ("litdata-zstd", "chunks", "chunk_size"),
+    ],
+)
 def test_an_index_declaring_2_to_the_40_samples_in_a_small_shard(
     tmp_path: Path, fixture: str, key: str, field: str
 ) -> None:

@@ -78,9 +78,10 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("processes,lanes,engine",
-                         [(0, 1, "thread"), (0, 2, "thread"), (2, 2, "thread"), (0, 2, "process"),
-                          (2, 2, "process")])  # fmt: skip
+@pytest.mark.parametrize(
+    "processes,lanes,engine",
+    [(0, 1, "thread"), (0, 2, "thread"), (2, 2, "thread"), (0, 2, "process"), (2, 2, "process")],
+)
 @pytest.mark.parametrize("ending", list(ENDINGS))
 def test_a_script_with_a_live_pipeline_exits_promptly(
     data: Path, ending: str, processes: int, lanes: int, engine: str
@@ -89,8 +90,14 @@ def test_a_script_with_a_live_pipeline_exits_promptly(
     body = body.replace("P, L", f"{processes}, {lanes}, {engine!r}")
     script = PRELUDE + "\nif __name__ == '__main__':\n" + textwrap.indent(body, "    ") + "\n"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,
-                         text=True, timeout=15, env=env, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(data)],
+        capture_output=True,
+        text=True,
+        timeout=15,
+        env=env,
+        cwd=ROOT,
+    )
     assert "terminate called" not in out.stderr
     assert "Traceback" not in out.stderr or message is not None, out.stderr
     if code is not None:
@@ -99,15 +106,21 @@ def test_a_script_with_a_live_pipeline_exits_promptly(
         assert out.returncode != 0
     if message is not None:  # the script's own error, last: nothing raised while leaving
         assert out.stderr.strip().splitlines()[-1].startswith(message), out.stderr
-    for noise in ("Unclosed", "Task was destroyed", "never retrieved", "Exception in thread",
-                  "Exception ignored"):  # fmt: skip
+    for noise in (
+        "Unclosed",
+        "Task was destroyed",
+        "never retrieved",
+        "Exception in thread",
+        "Exception ignored",
+    ):
         assert noise not in out.stderr, out.stderr
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("processes", [0, 2])
-@pytest.mark.parametrize("fn,kind", [("interrupt_on_13", KeyboardInterrupt),
-                                     ("exit_on_13", SystemExit)])  # fmt: skip
+@pytest.mark.parametrize(
+    "fn,kind", [("interrupt_on_13", KeyboardInterrupt), ("exit_on_13", SystemExit)]
+)
 def test_a_base_exception_in_a_user_function_reaches_the_consumer(
     fn: str, kind: type[BaseException], processes: int
 ) -> None:
@@ -147,8 +160,14 @@ def test_os_exit_in_a_user_function(data: Path, processes: int) -> None:
         "        pass\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,
-                         text=True, timeout=30, env=env, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(data)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        cwd=ROOT,
+    )
     assert "terminate called" not in out.stderr
     if processes == 0:
         assert out.returncode == 3, out.stderr
@@ -167,17 +186,25 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(
     each worker, which would die starting up: refused before any worker starts (so no
     worker prints a traceback of its own), saying to add the guard. A guarded script whose
     worker dies mid-task (os._exit) gets no such advice."""
-    body = ("ds = Dataset.from_path('a', sys.argv[1])\n"
-            "ws = StaticMixtureWorkSource([ds], seed=1, shuffle='none')\n"
-            "for x in Pipeline(ws, rank=0, world_size=1).map(fns.die_on_7, processes=2):\n"
-            "    pass\n")  # fmt: skip
+    body = (
+        "ds = Dataset.from_path('a', sys.argv[1])\n"
+        "ws = StaticMixtureWorkSource([ds], seed=1, shuffle='none')\n"
+        "for x in Pipeline(ws, rank=0, world_size=1).map(fns.die_on_7, processes=2):\n"
+        "    pass\n"
+    )
     if guarded:
         body = "if __name__ == '__main__':\n" + textwrap.indent(body, "    ")
     script = tmp_path / "train.py"
     script.write_text(PRELUDE + body)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, str(script), str(data)], capture_output=True,
-                         text=True, timeout=60, env=env, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(script), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
     assert out.returncode == 1
     if guarded:
         assert "WorkerCrashed" in out.stderr, out.stderr[-2000:]
@@ -232,8 +259,14 @@ def test_a_training_thread_goes_on_after_the_main_thread_ends(
     before it waits for the other threads: a pipeline iterated on a (non-daemon) thread of its
     own died then with ``cannot schedule new futures after shutdown``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", THREAD_SCRIPT, str(data), str(processes), how],
-                         capture_output=True, text=True, timeout=50, env=env, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", THREAD_SCRIPT, str(data), str(processes), how],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=env,
+        cwd=ROOT,
+    )
     assert (out.returncode, out.stdout) == (0, "consumed 6000\n"), out.stderr[-3000:]
     assert "Traceback" not in out.stderr, out.stderr
 
@@ -274,15 +307,26 @@ def test_sigkill_mid_run_then_restore_equals_the_uninterrupted_run(
     state = str(tmp_path / "state.json")
 
     def run(mode: str) -> list[int]:
-        out = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(data), state, mode,
-                              str(processes)], capture_output=True, text=True, timeout=60,
-                             env=env, cwd=ROOT, check=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", KILL_SCRIPT, str(data), state, mode, str(processes)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=ROOT,
+            check=True,
+        )
         return list(json.loads(out.stdout.strip().splitlines()[-1]))
 
     full = run("full")
-    with subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(data), state, "run",
-                           str(processes)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True, env=env, cwd=ROOT) as child:  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(data), state, "run", str(processes)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    ) as child:
         assert child.stdout is not None
         for line in child.stdout:  # wait for the third checkpoint, then kill without warning
             if line.startswith("saved 14"):
@@ -314,8 +358,9 @@ def test_sigint_stops_a_script_with_its_keyboard_interrupt(data: Path, processes
     cmd = [sys.executable, "-X", "faulthandler", "-c", script, str(data)]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     # Ctrl-C in a terminal signals the whole process group: the script and its workers.
-    with subprocess.Popen(cmd, text=True, env=env, cwd=ROOT, start_new_session=True,
-                          **pipes) as child:  # type: ignore[call-overload]  # fmt: skip
+    with subprocess.Popen(
+        cmd, text=True, env=env, cwd=ROOT, start_new_session=True, **pipes
+    ) as child:  # type: ignore[call-overload]
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
         os.killpg(child.pid, signal.SIGINT)
@@ -446,8 +491,15 @@ def _ready_script(script: str, data: Path, stderr: bool = False) -> Any:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     err = subprocess.PIPE if stderr else subprocess.DEVNULL
     argv = [sys.executable, "-c", script, str(data)]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                          cwd=ROOT, start_new_session=True) as child:  # fmt: skip
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    ) as child:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
         yield child
@@ -554,9 +606,22 @@ def test_no_warning_is_left_after_break_close_error_or_restore_on_s3(
         body = "".join(json.dumps({"id": s * 100 + i}) + "\n" for i in range(100))
         client.put_object(Bucket=s3_bucket, Key=f"d/p{s}.jsonl", Body=body.encode())
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "always"}
-    out = subprocess.run([sys.executable, "-W", "always", "-c", S3_SCRIPT, f"s3://{s3_bucket}/d/",
-                          json.dumps(s3_endpoint.storage_options())], capture_output=True,
-                         text=True, timeout=50, env=env, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "always",
+            "-c",
+            S3_SCRIPT,
+            f"s3://{s3_bucket}/d/",
+            json.dumps(s3_endpoint.storage_options()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=env,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["done", "295"]
     for sign in ("Unclosed", "Task was destroyed", "never awaited", "ResourceWarning"):

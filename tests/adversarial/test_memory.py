@@ -60,10 +60,15 @@ def large_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(large_records: Path, shuffle: str, window: int, pause_s: float) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(large_records), shuffle,
-                          str(window), str(pause_s)],
-                         capture_output=True, text=True, timeout=100, env=env, cwd=ROOT,
-                         check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(large_records), shuffle, str(window), str(pause_s)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 

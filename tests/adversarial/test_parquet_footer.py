@@ -84,12 +84,14 @@ def test_the_footer_that_ended_the_process_now_reads_as_a_format_error(tmp_path:
 )
 def test_offsets_read_from_the_thrift_match_pyarrow(options: dict[str, object]) -> None:
     n = 2000
-    table = pa.table({
-        "id": np.arange(n),
-        "word": [f"w{i % 7}" for i in range(n)],
-        "pair": [[i, i + 1] for i in range(n)],
-        "image": [{"bytes": b"\0" * (i % 50), "path": None} for i in range(n)],
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "id": np.arange(n),
+            "word": [f"w{i % 7}" for i in range(n)],
+            "pair": [[i, i + 1] for i in range(n)],
+            "image": [{"bytes": b"\0" * (i % 50), "path": None} for i in range(n)],
+        }
+    )
     out = io.BytesIO()
     pq.write_table(table, out, row_group_size=300, **options)  # type: ignore[arg-type]
     data = out.getvalue()

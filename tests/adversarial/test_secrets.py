@@ -32,8 +32,12 @@ async def test_a_fake_key_appears_nowhere(
     caplog.set_level(logging.DEBUG)
     body = "".join(json.dumps({"id": i, "text": "x" * 20}) + "\n" for i in range(300))
     s3_endpoint.client().put_object(Bucket=s3_bucket, Key="d/a.jsonl", Body=body.encode())
-    options = {"endpoint_url": s3_endpoint.endpoint_url, "key": KEY, "secret": SECRET,
-               "token": TOKEN}  # fmt: skip
+    options = {
+        "endpoint_url": s3_endpoint.endpoint_url,
+        "key": KEY,
+        "secret": SECRET,
+        "token": TOKEN,
+    }
     seen: list[str] = []
     ds = await Dataset.afrom_path("s", f"s3://{s3_bucket}/d/", storage_options=options)
     seen += [repr(ds), str(ds.shards), json.dumps(ds.location())]
@@ -54,8 +58,7 @@ async def test_a_fake_key_appears_nowhere(
         n += 1
         if n == 5:
             break
-    seen += [json.dumps(pipe.checkpoint()), json.dumps(pipe.stats(), default=str),
-             pipe.explain()]  # fmt: skip
+    seen += [json.dumps(pipe.checkpoint()), json.dumps(pipe.stats(), default=str), pipe.explain()]
     # Every log record: Zephon's, and those of the clients it configured (botocore's DEBUG
     # records hold signed headers: the session token, the access key id, the signature).
     records = [r.getMessage() for r in caplog.records]
@@ -81,18 +84,35 @@ def test_secrets_inside_urls_reach_no_repr_stats_log_note_or_checkpoint(
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
     with StaticHTTPServer(tmp_path, signature=SIGNATURE) as url:
         host = url.split("://", 1)[1]
-        shard = (f"http://user:{PASSWORD}@{host}/a.jsonl?X-Amz-Signature={SIGNATURE}"
-                 f"&X-Amz-Security-Token={HTTP_TOKEN}")  # fmt: skip
+        shard = (
+            f"http://user:{PASSWORD}@{host}/a.jsonl?X-Amz-Signature={SIGNATURE}"
+            f"&X-Amz-Security-Token={HTTP_TOKEN}"
+        )
         ds = Dataset.from_path("web", shard, format="jsonl")
-        seen = [repr(ds), str(ds), repr(ds.shards), str(ds.shards), repr(ds.shards[0]),
-                json.dumps(ds.location())]  # fmt: skip
-        pipe = Pipeline(StaticMixtureWorkSource([ds], seed=3), rank=0, world_size=1,
-                        on_error="skip", provenance=True)  # fmt: skip
+        seen = [
+            repr(ds),
+            str(ds),
+            repr(ds.shards),
+            str(ds.shards),
+            repr(ds.shards[0]),
+            json.dumps(ds.location()),
+        ]
+        pipe = Pipeline(
+            StaticMixtureWorkSource([ds], seed=3),
+            rank=0,
+            world_size=1,
+            on_error="skip",
+            provenance=True,
+        )
         items = list(pipe)
         assert len(items) == 199 and items[0]["_provenance"]["shard"].endswith("=***")
         seen += [json.dumps(item["_provenance"]) for item in items[:3]]
-        seen += [json.dumps(pipe.checkpoint()), json.dumps(pipe.stats(), default=str),
-                 pipe.explain(), repr(pipe)]  # fmt: skip
+        seen += [
+            json.dumps(pipe.checkpoint()),
+            json.dumps(pipe.stats(), default=str),
+            pipe.explain(),
+            repr(pipe),
+        ]
         strict = Pipeline(StaticMixtureWorkSource([ds], seed=3), rank=0, world_size=1)
         with pytest.raises(ZephonError) as info:
             list(strict)

@@ -93,10 +93,16 @@ def test_an_mds_json_column_nested_too_deeply(tmp_path: Path) -> None:
     shard = _mds_shard(values)
     (root / "shard.00000.mds").write_bytes(shard)
     entry = {
-        "format": "mds", "version": 2, "samples": 5, "compression": None, "zip_data": None,
-        "column_names": ["meta"], "column_encodings": ["json"], "column_sizes": [None],
+        "format": "mds",
+        "version": 2,
+        "samples": 5,
+        "compression": None,
+        "zip_data": None,
+        "column_names": ["meta"],
+        "column_encodings": ["json"],
+        "column_sizes": [None],
         "raw_data": {"basename": "shard.00000.mds", "bytes": len(shard)},
-    }  # fmt: skip
+    }
     (root / "index.json").write_text(json.dumps({"version": 2, "shards": [entry]}))
     ds = Dataset.from_path("mosaic", str(root), index_cache=False)
     assert [s["meta"] for s in _pipe(ds, on_error="skip")] == [{"i": i} for i in (0, 1, 3, 4)]
@@ -149,8 +155,9 @@ def test_a_litdata_data_spec_nested_past_the_bound(tmp_path: Path) -> None:
     index = _litdata_copy(tmp_path / "lit")
     leaves = len(index["config"]["data_format"])  # type: ignore[index]
     node: dict[str, object] = {
-        "type": "builtins.list", "children_spec": [{"type": None}] * leaves,
-    }  # fmt: skip
+        "type": "builtins.list",
+        "children_spec": [{"type": None}] * leaves,
+    }
     for _ in range(100):
         node = {"type": "builtins.list", "children_spec": [node]}
     index["config"]["data_spec"] = json.dumps([1, node])  # type: ignore[index]

@@ -57,8 +57,11 @@ def _tar_members(tar: bytes, ext: str) -> list[tuple[str, bytes]]:
     import tarfile
 
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        return [(m.name, t.extractfile(m).read())  # type: ignore[union-attr]
-                for m in t.getmembers() if m.name.endswith(ext)]  # fmt: skip
+        return [
+            (m.name, t.extractfile(m).read())  # type: ignore[union-attr]
+            for m in t.getmembers()
+            if m.name.endswith(ext)
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -75,17 +78,26 @@ def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -
         client.create_bucket(Bucket="bucket")  # an external MinIO may have it already
     words = ["stream", "shard", "range", "token", "batch", "lane", "mixture", "the", "of"]
     for s in range(3):
-        lines = [json.dumps({"id": s * 1000 + i, "text": " ".join(words[(i + k) % 9]
-                                                               for k in range(8 + i % 30))})
-                 for i in range(200)]  # fmt: skip
-        client.put_object(Bucket="bucket", Key=f"web/part-{s}.jsonl",
-                          Body=("\n".join(lines) + "\n").encode())  # fmt: skip
+        lines = [
+            json.dumps(
+                {
+                    "id": s * 1000 + i,
+                    "text": " ".join(words[(i + k) % 9] for k in range(8 + i % 30)),
+                }
+            )
+            for i in range(200)
+        ]
+        client.put_object(
+            Bucket="bucket", Key=f"web/part-{s}.jsonl", Body=("\n".join(lines) + "\n").encode()
+        )
     for s in range(2):
-        table = pa.table({"text": [f"def f{i}(): return {i}" for i in range(150)],
-                          "lang": ["python"] * 150})  # fmt: skip
+        table = pa.table(
+            {"text": [f"def f{i}(): return {i}" for i in range(150)], "lang": ["python"] * 150}
+        )
         pq.write_table(table, root / "code.parquet", row_group_size=50)
-        client.put_object(Bucket="bucket", Key=f"code/part-{s}.parquet",
-                          Body=(root / "code.parquet").read_bytes())  # fmt: skip
+        client.put_object(
+            Bucket="bucket", Key=f"code/part-{s}.parquet", Body=(root / "code.parquet").read_bytes()
+        )
     for name, prefix in (("mds", "mds"), ("litdata", "litdata")):
         for f in (FIXTURES / name).iterdir():
             if f.name != "reference.json":
@@ -96,8 +108,9 @@ def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -
     for i, (name, data) in enumerate(_tar_members(_image_tar(2), "jpg")):
         client.put_object(Bucket="bucket", Key=f"photos/{name}", Body=data)
         rows.append(json.dumps({"caption": f"photo {i}", "image_key": name}))
-    client.put_object(Bucket="bucket", Key="captions/part-0.jsonl",
-                      Body=("\n".join(rows) + "\n").encode())  # fmt: skip
+    client.put_object(
+        Bucket="bucket", Key="captions/part-0.jsonl", Body=("\n".join(rows) + "\n").encode()
+    )
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     trainer = trainers.BpeTrainer(vocab_size=100, special_tokens=["[UNK]", "<s>", "</s>"])
@@ -108,9 +121,13 @@ def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture(scope="module")
 def env(s3_endpoint: S3Endpoint) -> Iterator[dict[str, str]]:
-    out = {**os.environ, "AWS_ENDPOINT_URL": s3_endpoint.endpoint_url,
-           "AWS_ACCESS_KEY_ID": s3_endpoint.key, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret,
-           "AWS_DEFAULT_REGION": s3_endpoint.region_name}  # fmt: skip
+    out = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": s3_endpoint.endpoint_url,
+        "AWS_ACCESS_KEY_ID": s3_endpoint.key,
+        "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret,
+        "AWS_DEFAULT_REGION": s3_endpoint.region_name,
+    }
     out.pop("RAY_ADDRESS", None)
     yield out
 
@@ -120,15 +137,21 @@ def test_every_python_block_runs(page: Path, workdir: Path, env: dict[str, str])
     script = workdir / f"{page.stem}.py"
     script.write_text("\n\n".join(blocks(page)))
     command = [sys.executable, "-W", "error::DeprecationWarning", str(script)]
-    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"{page}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
 
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                           str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
 
@@ -136,8 +159,11 @@ def test_troubleshooting_explains_every_error() -> None:
     import zephon.errors as errors
 
     text = (ROOT / "docs" / "troubleshooting.md").read_text()
-    names = [n for n, c in vars(errors).items()
-             if inspect.isclass(c) and issubclass(c, errors.ZephonError)]  # fmt: skip
+    names = [
+        n
+        for n, c in vars(errors).items()
+        if inspect.isclass(c) and issubclass(c, errors.ZephonError)
+    ]
     assert len(names) >= 13
     assert [n for n in names if f"`{n}`" not in text] == []
 
@@ -151,8 +177,9 @@ def test_links_stay_in_the_repository() -> None:
             assert path.is_relative_to(ROOT) and path.exists(), f"{page.name}: {target}"
 
 
-@pytest.mark.parametrize("module", ["zephon", "zephon.executors", "zephon.errors",
-                                    "zephon.storage", "zephon.torch"])  # fmt: skip
+@pytest.mark.parametrize(
+    "module", ["zephon", "zephon.executors", "zephon.errors", "zephon.storage", "zephon.torch"]
+)
 def test_every_public_name_has_a_docstring(module: str) -> None:
     mod = importlib.import_module(module)
     missing = []
@@ -161,8 +188,11 @@ def test_every_public_name_has_a_docstring(module: str) -> None:
         if (inspect.isclass(obj) or inspect.isfunction(obj)) and not inspect.getdoc(obj):
             missing.append(name)
         if inspect.isclass(obj) and obj.__module__.startswith("zephon"):
-            missing += [f"{name}.{m}" for m, f in vars(obj).items()
-                        if not m.startswith("_") and (inspect.isfunction(f) or
-                                                      isinstance(f, property))
-                        and not inspect.getdoc(f)]  # fmt: skip
+            missing += [
+                f"{name}.{m}"
+                for m, f in vars(obj).items()
+                if not m.startswith("_")
+                and (inspect.isfunction(f) or isinstance(f, property))
+                and not inspect.getdoc(f)
+            ]
     assert missing == []

@@ -152,7 +152,7 @@ def _records(codec: Any, name: str, n: int, data: bytes) -> None:
 def jpeg(data: bytes) -> None:
     """A JPEG through the C binding (header, whole and region decodes) and the decode step."""
     from zephon.ops import jpeg as binding
-    from zephon.ops.image import DecodeImage
+    from zephon.ops.imagedecode import DecodeImage
 
     if binding.available():
         try:

@@ -61,10 +61,12 @@ CHAINS = {
 }
 
 
-def build(datasets: list[Dataset], chain: str, shuffle: str, lanes: int, rank: int = 0,
-          world: int = 1) -> Pipeline:  # fmt: skip
-    ws = StaticMixtureWorkSource(datasets, {"a": 0.6, "b": 0.4}, seed=5, shuffle=shuffle,
-                                 chunk_size=64, stop_after_passes=2)  # fmt: skip
+def build(
+    datasets: list[Dataset], chain: str, shuffle: str, lanes: int, rank: int = 0, world: int = 1
+) -> Pipeline:
+    ws = StaticMixtureWorkSource(
+        datasets, {"a": 0.6, "b": 0.4}, seed=5, shuffle=shuffle, chunk_size=64, stop_after_passes=2
+    )
     return CHAINS[chain](Pipeline(ws, rank=rank, world_size=world, lanes=lanes))
 
 
@@ -118,8 +120,9 @@ def test_a_custom_op_state_needs_a_stateful_op(datasets: list[Dataset]) -> None:
         next(it)
     state = first.checkpoint()
     it.close()
-    ws = StaticMixtureWorkSource(datasets, {"a": 0.6, "b": 0.4}, seed=5, shuffle="none",
-                                 chunk_size=64, stop_after_passes=2)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        datasets, {"a": 0.6, "b": 0.4}, seed=5, shuffle="none", chunk_size=64, stop_after_passes=2
+    )
     # Same chain shape and labels, but the op is a plain generator with no state().
     plain = Pipeline(ws, rank=0, world_size=1, lanes=1).shuffle(30)
     plain = plain.apply(_stateless_named_like_delay()).batch(4)
@@ -165,8 +168,9 @@ def _steps(per_rank: list[list[Any]], lanes: int) -> list[list[Any]]:
 
 def test_elastic_restore_across_world_sizes(datasets: list[Dataset]) -> None:
     lanes = 4
-    per_lane = [[key(x) for x in build(datasets, "batch", "block", lanes, r, lanes)]
-                for r in range(lanes)]  # fmt: skip
+    per_lane = [
+        [key(x) for x in build(datasets, "batch", "block", lanes, r, lanes)] for r in range(lanes)
+    ]
     full_steps = min(map(len, per_lane))  # lanes differ in length by a few batches at the end
     reference = [sorted(out[s] for out in per_lane) for s in range(full_steps)]
     # 2 steps on one rank, then 2 ranks for 3 steps, then 4 ranks for 2, then 2 ranks to the end
@@ -206,8 +210,9 @@ def test_restoring_into_a_different_pipeline_says_what_differs(datasets: list[Da
     build(datasets, "batch", "block", 4).restore(state)  # another lane count: re-laned
     with pytest.raises(StateMismatch, match="shuffle"):
         build(datasets, "batch", "global", 2).restore(state)
-    other = StaticMixtureWorkSource(datasets, {"a": 0.6, "b": 0.4}, seed=6, shuffle="block",
-                                    chunk_size=64, stop_after_passes=2)  # fmt: skip
+    other = StaticMixtureWorkSource(
+        datasets, {"a": 0.6, "b": 0.4}, seed=6, shuffle="block", chunk_size=64, stop_after_passes=2
+    )
     with pytest.raises(StateMismatch, match="seed"):
         Pipeline(other, rank=0, world_size=1, lanes=2).map(fns.drop_multiples_of_5).batch(
             7
@@ -243,8 +248,9 @@ def test_elastic_restore_in_separate_processes(tmp_path: Any) -> None:
     root, lanes = str(tmp_path / "web"), 4
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
-        per_lane = [pool.apply(_rank_phase, ((root, lanes, r, lanes, None, None),))[0]
-                    for r in range(lanes)]  # fmt: skip
+        per_lane = [
+            pool.apply(_rank_phase, ((root, lanes, r, lanes, None, None),))[0] for r in range(lanes)
+        ]
         full_steps = min(map(len, per_lane))
         reference = [sorted(out[s] for out in per_lane) for s in range(full_steps)]
         history: list[list[Any]] = []
@@ -260,8 +266,12 @@ def test_elastic_restore_in_separate_processes(tmp_path: Any) -> None:
 
 
 def _local_pipe(root: Path) -> Pipeline:
-    ws = StaticMixtureWorkSource([Dataset.from_path("web", str(root), index_cache=False)],
-                                 shuffle="block", seed=4, chunk_size=32)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        [Dataset.from_path("web", str(root), index_cache=False)],
+        shuffle="block",
+        seed=4,
+        chunk_size=32,
+    )
     return Pipeline(ws, rank=0, world_size=1, lanes=2).batch(4)
 
 
@@ -311,10 +321,14 @@ else:
     print(json.dumps(saved["got"] + [x["id"] for x in pipe]))
 """
     root = str(Path(__file__).resolve().parents[2])
-    run = lambda mode, stdin=None: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", script, mode], input=stdin, capture_output=True, text=True,
-        check=True, cwd=root, timeout=60,
-    ).stdout  # fmt: skip
+
+    def run(mode: str, stdin: str | None = None) -> str:
+        args = [sys.executable, "-c", script, mode]
+        done = subprocess.run(
+            args, input=stdin, capture_output=True, text=True, check=True, cwd=root, timeout=60
+        )
+        return done.stdout
+
     ids = json.loads(run("load", run("save")))
     assert sorted(ids) == list(range(500))
 
@@ -369,18 +383,24 @@ def test_a_relaned_restore_whose_lanes_start_in_turn_always_finishes() -> None:
         return got
 
     ids = [list(range(54)), [100_000 + i for i in range(137)]]
-    ds = [Dataset.from_records(f"d{d}", [{"id": i} for i in ids[d]], samples_per_shard=per)
-          for d, per in ((0, 54), (1, 32))]  # fmt: skip
+    ds = [
+        Dataset.from_records(f"d{d}", [{"id": i} for i in ids[d]], samples_per_shard=per)
+        for d, per in ((0, 54), (1, 32))
+    ]
     for _ in range(5):
         state: dict[str, Any] | None = None
         got: list[Any] = []
         for (lanes, world), limits in (((1, 1), [10]), ((4, 2), [21, 12]), ((3, 1), [None])):
             states = []
             for rank in range(world):
-                ws = StaticMixtureWorkSource(ds, seed=5, chunk_size=32, shuffle="block",
-                                             exhausted_policy="stop")  # fmt: skip
-                pipe = (Pipeline(ws, rank=rank, world_size=world, lanes=lanes)
-                        .apply(fns.Delay()).map(fns.undelay))  # fmt: skip
+                ws = StaticMixtureWorkSource(
+                    ds, seed=5, chunk_size=32, shuffle="block", exhausted_policy="stop"
+                )
+                pipe = (
+                    Pipeline(ws, rank=rank, world_size=world, lanes=lanes)
+                    .apply(fns.Delay())
+                    .map(fns.undelay)
+                )
                 if state is not None:
                     pipe.restore(state)
                 got += asyncio.run(asyncio.wait_for(consume(pipe, limits[rank]), 60))

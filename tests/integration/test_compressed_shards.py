@@ -24,8 +24,13 @@ def test_a_pipeline_over_compressed_shards_delivers_every_sample_once(
 ) -> None:
     ds = Dataset.from_path(fixture, str(FIXTURES / fixture), index_cache=False)
     assert ds.discovery_stats.indexed == len(ds.shards)  # from index.json: no shard read
-    pipe = Pipeline(StaticMixtureWorkSource([ds], seed=2, shuffle="global"), rank=0,
-                    world_size=1, lanes=2, decode_processes=decode_processes)  # fmt: skip
+    pipe = Pipeline(
+        StaticMixtureWorkSource([ds], seed=2, shuffle="global"),
+        rank=0,
+        world_size=1,
+        lanes=2,
+        decode_processes=decode_processes,
+    )
     assert f"{len(ds.shards)} of {len(ds.shards)} shards are compressed" in pipe.explain()
     got = sorted(json.dumps(to_jsonable(s), sort_keys=True) for s in pipe)
     assert got == sorted(json.dumps(s, sort_keys=True) for s in reference(fixture))
@@ -56,8 +61,12 @@ def test_decompressed_shards_are_kept_in_the_disk_cache(
 
     def epoch() -> list[str]:
         ds = Dataset.from_path("m", str(FIXTURES / "mds-zstd"), index_cache=False)  # new codec
-        pipe = Pipeline(StaticMixtureWorkSource([ds], seed=1), rank=0, world_size=1,
-                        cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        pipe = Pipeline(
+            StaticMixtureWorkSource([ds], seed=1),
+            rank=0,
+            world_size=1,
+            cache_dir=str(tmp_path / "cache"),
+        )
         return [json.dumps(to_jsonable(s), sort_keys=True) for s in pipe]
 
     first = epoch()

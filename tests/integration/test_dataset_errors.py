@@ -68,8 +68,9 @@ def test_line_that_is_not_json_names_the_sample(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text_bytes", [40, 40_000])  # row groups of ~5 KB and ~2.5 MB
 def test_corrupt_row_group_names_its_first_sample(tmp_path: Path, text_bytes: int) -> None:
     rows = [{"id": i, "text": f"{i:08d}" * (text_bytes // 8)} for i in range(192)]
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet", row_group_size=64,
-                   compression="none")  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist(rows), tmp_path / "t.parquet", row_group_size=64, compression="none"
+    )
     column = pq.ParquetFile(tmp_path / "t.parquet").metadata.row_group(1).column(1)
     start = column.dictionary_page_offset or column.data_page_offset
     data = bytearray((tmp_path / "t.parquet").read_bytes())
@@ -246,8 +247,7 @@ def _corrupt_streams() -> dict[str, bytes]:
     zst = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(lines))  # as the CLI
     for at in range(len(zst) // 3, len(zst) // 3 + 16):
         zst[at] ^= 0x5A
-    return {"flipped.jsonl.gz": bytes(gz), "flipped.jsonl.zst": bytes(zst),
-            "plain.jsonl.gz": lines}  # fmt: skip
+    return {"flipped.jsonl.gz": bytes(gz), "flipped.jsonl.zst": bytes(zst), "plain.jsonl.gz": lines}
 
 
 @pytest.mark.parametrize("name", list(_corrupt_streams()))

@@ -28,8 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def _shards(root: Path, shards: int = 4, per_shard: int = 300) -> list[int]:
     root.mkdir(parents=True, exist_ok=True)
     for s in range(shards):
-        rows = (json.dumps({"id": s * per_shard + i, "text": f"doc {i} " * 20})
-                for i in range(per_shard))  # fmt: skip
+        rows = (
+            json.dumps({"id": s * per_shard + i, "text": f"doc {i} " * 20})
+            for i in range(per_shard)
+        )
         (root / f"part-{s}.jsonl").write_text("\n".join(rows) + "\n")
     return list(range(shards * per_shard))
 
@@ -110,9 +112,16 @@ def test_four_processes_share_one_cache(
     cache = tmp_path / "shared"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     args = [dataset.root, json.dumps(s3_endpoint.storage_options()), str(cache)]
-    procs = [subprocess.Popen([sys.executable, "-c", SHARED, *args, str(seed), str(limit)],
-                              stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-             for seed in range(4)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SHARED, *args, str(seed), str(limit)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for seed in range(4)
+    ]
     outs = [p.communicate(timeout=100)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     rows = sorted(json.dumps(s, sort_keys=True) for s in dataset.head(dataset.num_samples))
@@ -149,8 +158,13 @@ cache.put("s3://b/big", "v1", 0, b"x" * (384 << 20), end=None)  # killed before 
 def test_a_writer_killed_mid_write_leaves_nothing_that_is_served(tmp_path: Path) -> None:
     root = tmp_path / "c"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with subprocess.Popen([sys.executable, "-c", WRITER, str(root)], stdout=subprocess.PIPE,
-                          text=True, env=env, cwd=ROOT) as child:  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    ) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == "writing"
         folder = DiskCache(root, 1 << 40)._dir("s3://b/big", "v1")
         while not any(p.stat().st_size for p in folder.glob(".tmp-*")) if folder.exists() else 1:
@@ -172,8 +186,12 @@ def test_a_writer_killed_mid_write_leaves_nothing_that_is_served(tmp_path: Path)
 async def test_a_dataset_opened_with_a_cache_reads_through_it(
     dataset: Dataset, s3_endpoint: S3Endpoint, tmp_path: Path
 ) -> None:
-    cached = await Dataset.afrom_path("d", dataset.root, cache_dir=tmp_path / "ds-cache",
-                                      storage_options=s3_endpoint.storage_options())  # fmt: skip
+    cached = await Dataset.afrom_path(
+        "d",
+        dataset.root,
+        cache_dir=tmp_path / "ds-cache",
+        storage_options=s3_endpoint.storage_options(),
+    )
     first, cold = _epoch(cached, seed=1)
     second, warm = _epoch(cached, seed=3)
     assert sorted(first) == sorted(second) == list(range(1200))

@@ -14,12 +14,20 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.mark.parametrize(
     ("script", "says"),
-    [("pretrain_packed.py", "resumed exactly"), ("sft_chat.py", "resumed exactly"),
-     ("local_jsonl.py", "checkpoint is"), ("image_text_pairs.py", "resumed exactly")],
-)  # fmt: skip
+    [
+        ("pretrain_packed.py", "resumed exactly"),
+        ("sft_chat.py", "resumed exactly"),
+        ("local_jsonl.py", "checkpoint is"),
+        ("image_text_pairs.py", "resumed exactly"),
+    ],
+)
 def test_example_runs(script: str, says: str) -> None:
     pytest.importorskip("torch")
-    done = subprocess.run([sys.executable, "-W", "error", str(EXAMPLES / script)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(EXAMPLES / script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert says in done.stdout

@@ -38,15 +38,18 @@ def setup(endpoint: S3Endpoint, bucket: str, n: int, missing: set[int] = frozens
     for s in range(2):
         body = "\n".join(rows[s * n // 2 : (s + 1) * n // 2]) + "\n"
         client.put_object(Bucket=bucket, Key=f"meta/part-{s}.jsonl", Body=body.encode())
-    return Dataset.from_path("pairs", f"s3://{bucket}/meta/",
-                             storage_options=endpoint.storage_options())  # fmt: skip
+    return Dataset.from_path(
+        "pairs", f"s3://{bucket}/meta/", storage_options=endpoint.storage_options()
+    )
 
 
 def pipeline(ds: Dataset, bucket: str, **kw: Any) -> Pipeline:
     ws = StaticMixtureWorkSource([ds], seed=3, stop_after_passes=1)
-    return (Pipeline(ws, rank=0, world_size=1, **kw)
-            .fetch_field("image", "jpg", prefix=f"s3://{bucket}/images/", inflight=8)
-            .decode_image("jpg"))  # fmt: skip
+    return (
+        Pipeline(ws, rank=0, world_size=1, **kw)
+        .fetch_field("image", "jpg", prefix=f"s3://{bucket}/images/", inflight=8)
+        .decode_image("jpg")
+    )
 
 
 def test_rows_naming_images_by_key_or_uri_get_their_pixels(
@@ -83,7 +86,9 @@ def test_a_missing_object_names_the_sample_or_is_skipped_and_counted(
     assert sorted(s["id"] for s in pipe) == [i for i in range(20) if i not in (6, 11)]
     skipped = pipe.stats()["skipped"]
     assert sorted((s["shard"].rsplit("/", 1)[1], s["sample"]) for s in skipped) == [
-        ("part-0.jsonl", 6), ("part-1.jsonl", 1)]  # fmt: skip
+        ("part-0.jsonl", 6),
+        ("part-1.jsonl", 1),
+    ]
     assert all(s["dataset"] == "pairs" and "does not exist" in s["error"] for s in skipped)
 
 

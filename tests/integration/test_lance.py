@@ -24,13 +24,15 @@ ROWS = 900
 
 def table() -> Any:
     texts = [f"row {i} " * (i % 7 + 1) for i in range(ROWS)]
-    return pa.table({"id": list(range(ROWS)), "text": texts,
-                     "score": [i / 10 for i in range(ROWS)]})  # fmt: skip
+    return pa.table(
+        {"id": list(range(ROWS)), "text": texts, "score": [i / 10 for i in range(ROWS)]}
+    )
 
 
 def write(uri: str, options: dict[str, Any] | None = None) -> None:
-    lance.write_dataset(table(), uri, max_rows_per_file=250,
-                        storage_options=lance_options(uri, options or {}))  # fmt: skip
+    lance.write_dataset(
+        table(), uri, max_rows_per_file=250, storage_options=lance_options(uri, options or {})
+    )
 
 
 def ids(pipe: Pipeline) -> list[int]:
@@ -42,8 +44,13 @@ def test_every_row_once_in_a_shuffled_pass(tmp_path: Path, decode_processes: int
     write(str(tmp_path / "t.lance"))
     ds = Dataset.from_path("t", str(tmp_path / "t.lance"), columns=["id", "text"])
     assert ds.format == "lance" and ds.num_samples == ROWS and len(ds.shards) == 4
-    pipe = Pipeline(StaticMixtureWorkSource([ds], seed=3, shuffle="global"), rank=0,
-                    world_size=1, lanes=2, decode_processes=decode_processes)  # fmt: skip
+    pipe = Pipeline(
+        StaticMixtureWorkSource([ds], seed=3, shuffle="global"),
+        rank=0,
+        world_size=1,
+        lanes=2,
+        decode_processes=decode_processes,
+    )
     out = list(pipe)
     assert sorted(int(s["id"]) for s in out) == list(range(ROWS))
     assert all(set(s) == {"id", "text"} for s in out)  # only the projected columns
@@ -83,6 +90,10 @@ async def test_a_lance_dataset_on_s3(s3_endpoint: S3Endpoint, s3_bucket: str) ->
     write(uri, options)
     ds = await Dataset.afrom_path("t", uri, storage_options=options)
     assert ds.num_samples == ROWS
-    got = [int(s["id"]) async for s in Pipeline(StaticMixtureWorkSource([ds], seed=1),
-                                                rank=0, world_size=1, lanes=2)]  # fmt: skip
+    got = [
+        int(s["id"])
+        async for s in Pipeline(
+            StaticMixtureWorkSource([ds], seed=1), rank=0, world_size=1, lanes=2
+        )
+    ]
     assert sorted(got) == list(range(ROWS))

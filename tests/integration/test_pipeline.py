@@ -247,8 +247,13 @@ def test_bad_samples_are_skipped_and_counted_when_asked(tmp_path: Path) -> None:
 
 def test_adjacent_pooled_steps_run_in_one_worker_call(toy: Dataset) -> None:
     ws = source(toy, shuffle="none")
-    pipe = (Pipeline(ws).map(fns.double, processes=2).map(fns.drop_multiples_of_5, processes=2)
-            .filter(fns.keep_even, processes=2).map(fns.fail_on_13, processes=0))  # fmt: skip
+    pipe = (
+        Pipeline(ws)
+        .map(fns.double, processes=2)
+        .map(fns.drop_multiples_of_5, processes=2)
+        .filter(fns.keep_even, processes=2)
+        .map(fns.fail_on_13, processes=0)
+    )
     assert pipe.explain().count("(in the same worker call)") == 2  # the in-process one is not
     pipe = pipe.map(fns.fail_on_13, processes=2).filter(fns.keep_even)
     assert ids(list(pipe)) == [i for i in range(3000) if i % 5 and i % 2 == 0]
@@ -268,8 +273,11 @@ def test_a_steps_format_error_is_skipped_and_counted_when_asked(
     ws = source(toy, shuffle="none")
     with pytest.raises(FormatError, match="record 13"):
         list(Pipeline(ws).map(fns.reject_13, processes=processes))
-    pipe = (Pipeline(ws, on_error="skip").map(fns.double, processes=processes)
-            .map(fns.reject_13, processes=processes))  # fmt: skip
+    pipe = (
+        Pipeline(ws, on_error="skip")
+        .map(fns.double, processes=processes)
+        .map(fns.reject_13, processes=processes)
+    )
     out = list(pipe)
     assert ids(out) == [i for i in range(3000) if i != 13]
     [skipped] = pipe.stats()["skipped"]
@@ -323,8 +331,10 @@ def test_stats_explain_and_progress(
 def _mixed(tmp_path: Path) -> list[Dataset]:
     write_jsonl(tmp_path / "web", shards=4, per_shard=60)
     write_parquet(tmp_path / "tab", shards=2)
-    return [Dataset.from_path("web", str(tmp_path / "web")),
-            Dataset.from_path("tab", str(tmp_path / "tab"))]  # fmt: skip
+    return [
+        Dataset.from_path("web", str(tmp_path / "web")),
+        Dataset.from_path("tab", str(tmp_path / "tab")),
+    ]
 
 
 async def _upload(base: str, options: dict[str, Any], src: Path) -> None:
@@ -361,8 +371,9 @@ async def test_a_scanned_dataset_is_fetched_once_in_its_first_epoch(
     again = Pipeline(ws, lanes=2)  # the scan was handed over once: a second run fetches
     assert len([s async for s in again]) == len(expected)
     assert again.stats()["fetch"]["bytes"] > 0.9 * size
-    none = await Dataset.afrom_path("d", base, storage_options=options, index_cache=False,
-                                    keep_scan_bytes=0)  # fmt: skip
+    none = await Dataset.afrom_path(
+        "d", base, storage_options=options, index_cache=False, keep_scan_bytes=0
+    )
     plain = Pipeline(StaticMixtureWorkSource([none], seed=1, chunk_size=32, stop_after_passes=1))
     assert len([s async for s in plain]) == len(expected)
     assert plain.stats()["fetch"]["scan_reused_bytes"] == 0
@@ -385,8 +396,9 @@ async def test_exactly_once_per_pass_from_cloud_servers(
     await _upload(base, options, tmp_path)
     web = await Dataset.afrom_path("web", base + "web/", storage_options=options)
     tab = await Dataset.afrom_path("tab", base + "tab/", storage_options=options)
-    ws = StaticMixtureWorkSource([web, tab], seed=3, chunk_size=64, stop_after_passes=2,
-                                 shuffle="global")  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        [web, tab], seed=3, chunk_size=64, stop_after_passes=2, shuffle="global"
+    )
     out = [s async for s in Pipeline(ws, lanes=2)]
     got = Counter(json.dumps(s, sort_keys=True) for s in out)
     everything = [json.dumps(s, sort_keys=True) for s in expected_web + expected_tab]
@@ -412,8 +424,10 @@ async def test_faults_neither_lose_nor_duplicate_samples(
         flaky = await Dataset.afrom_path(
             "web", base + "web/", storage_options=s3_endpoint.storage_options(proxy.url)
         )
-        pipe = Pipeline(source(flaky, shuffle="global", coalesce_gap_bytes=0),
-                        retry=RetryPolicy(max_attempts=12, base_delay_s=0.001))  # fmt: skip
+        pipe = Pipeline(
+            source(flaky, shuffle="global", coalesce_gap_bytes=0),
+            retry=RetryPolicy(max_attempts=12, base_delay_s=0.001),
+        )
         got = [s async for s in pipe]
         assert sum(proxy.injected.values()) > 50
     assert got == reference

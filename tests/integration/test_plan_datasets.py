@@ -18,8 +18,9 @@ from zephon.plan import StaticMixtureWorkSource
 pytestmark = pytest.mark.integration
 
 
-async def fetch_lane(ws: StaticMixtureWorkSource, datasets: list[Dataset], lane: int,
-                     lanes: int) -> list[Any]:  # fmt: skip
+async def fetch_lane(
+    ws: StaticMixtureWorkSource, datasets: list[Dataset], lane: int, lanes: int
+) -> list[Any]:
     out: list[Any] = []
     storages = [d.open_storage() for d in datasets]
     try:
@@ -30,8 +31,9 @@ async def fetch_lane(ws: StaticMixtureWorkSource, datasets: list[Dataset], lane:
                 *(storage.read(req.uri, a, b, version=req.version) for a, b in req.ranges)
             )
             blob = Blob([(a, p) for (a, _), p in zip(req.ranges, parts, strict=True)])
-            samples = ds.codec.decode(ds.shards[req.shard], ds.indexes[req.shard], blob,
-                                      list(req.samples))  # fmt: skip
+            samples = ds.codec.decode(
+                ds.shards[req.shard], ds.indexes[req.shard], blob, list(req.samples)
+            )
             out.extend((req.dataset, json.dumps(s, sort_keys=True)) for s in samples)
     finally:
         for s in storages:

@@ -33,9 +33,12 @@ def test_presigned_s3_urls_are_shards_and_a_new_signature_restores(
         client.upload_file(str(path), s3_bucket, keys[-1])
 
     def signed(expires: int) -> list[str]:
-        return [client.generate_presigned_url("get_object", ExpiresIn=expires,
-                                              Params={"Bucket": s3_bucket, "Key": k})
-                for k in keys]  # fmt: skip
+        return [
+            client.generate_presigned_url(
+                "get_object", ExpiresIn=expires, Params={"Bucket": s3_bucket, "Key": k}
+            )
+            for k in keys
+        ]
 
     urls = signed(600)
     assert all("Signature=" in u for u in urls)
@@ -49,8 +52,9 @@ def test_presigned_s3_urls_are_shards_and_a_new_signature_restores(
     pipe.close()
     assert "Signature" not in json.dumps(state)
     again = Dataset.from_path("web", signed(900))  # other signatures, the same data
-    rest = Pipeline(StaticMixtureWorkSource([again], seed=1, shuffle="global"), rank=0,
-                    world_size=1, lanes=2)  # fmt: skip
+    rest = Pipeline(
+        StaticMixtureWorkSource([again], seed=1, shuffle="global"), rank=0, world_size=1, lanes=2
+    )
     rest.restore(state)
     assert _ids(head + list(rest)) == _ids(records)
     one = Dataset.from_path("one", urls[0])  # a single URL: its "?" starts no glob

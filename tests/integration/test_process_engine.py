@@ -30,8 +30,13 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 
 def build(ds: Dataset, engine: str, fn: Any = fns.as_tokens) -> Pipeline:
     ws = StaticMixtureWorkSource([ds], seed=5, chunk_size=32, stop_after_passes=1)
-    return (Pipeline(ws, rank=0, world_size=1, lanes=2, engine=engine).map(fn).shuffle(16)
-            .pack(16).batch(3))  # fmt: skip
+    return (
+        Pipeline(ws, rank=0, world_size=1, lanes=2, engine=engine)
+        .map(fn)
+        .shuffle(16)
+        .pack(16)
+        .batch(3)
+    )
 
 
 def rows(batches: list[Any]) -> list[list[list[int]]]:
@@ -189,8 +194,12 @@ def test_inside_a_dataloader_worker_it_says_to_use_the_thread_engine(docs: Datas
     torch = pytest.importorskip("torch")
     ws = StaticMixtureWorkSource([docs], seed=2, stop_after_passes=1)
     pipe = Pipeline(ws, rank=0, world_size=1, lanes=2, engine="process").batch(4)
-    loader = torch.utils.data.DataLoader(pipe.to_torch_dataset(), batch_size=None, num_workers=2,
-                                         multiprocessing_context="forkserver")  # fmt: skip
+    loader = torch.utils.data.DataLoader(
+        pipe.to_torch_dataset(),
+        batch_size=None,
+        num_workers=2,
+        multiprocessing_context="forkserver",
+    )
     with pytest.raises(ConfigError, match="engine='thread' there"):
         next(iter(loader))
 

@@ -40,17 +40,26 @@ def address() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def data() -> list[Dataset]:
     return [
-        Dataset.from_records("a", [{"id": i, "text": f"doc {i} " * (i % 7 + 1)}
-                                   for i in range(600)], samples_per_shard=50),
-        Dataset.from_records("b", [{"id": 10_000 + i, "text": f"b {i}"} for i in range(300)],
-                             samples_per_shard=40),
-    ]  # fmt: skip
+        Dataset.from_records(
+            "a",
+            [{"id": i, "text": f"doc {i} " * (i % 7 + 1)} for i in range(600)],
+            samples_per_shard=50,
+        ),
+        Dataset.from_records(
+            "b", [{"id": 10_000 + i, "text": f"b {i}"} for i in range(300)], samples_per_shard=40
+        ),
+    ]
 
 
 def pipeline(data: list[Dataset], lanes: int = 2, **place: Any) -> Pipeline:
     ws = StaticMixtureWorkSource(data, seed=3, shuffle="global", chunk_size=64)
-    return (Pipeline(ws, rank=0, world_size=1, lanes=lanes).shuffle(37)
-            .map(fns.double, **place).filter(fns.keep_even, **place).batch(16))  # fmt: skip
+    return (
+        Pipeline(ws, rank=0, world_size=1, lanes=lanes)
+        .shuffle(37)
+        .map(fns.double, **place)
+        .filter(fns.keep_even, **place)
+        .batch(16)
+    )
 
 
 def ids(batches: list[Any]) -> list[int]:
@@ -89,9 +98,14 @@ def test_a_dead_actor_is_replaced_and_its_block_run_again(
     want = ids(list(pipeline(data)))
     dies_once = partial(fns.die_once_on_7, str(tmp_path / "died"))
     ws = StaticMixtureWorkSource(data, seed=3, shuffle="global", chunk_size=64)
-    pipe = (Pipeline(ws, rank=0, world_size=1, lanes=2).shuffle(37)
-            .map(dies_once, executor=Ray(2, address=address)).map(fns.double)
-            .filter(fns.keep_even).batch(16))  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1, lanes=2)
+        .shuffle(37)
+        .map(dies_once, executor=Ray(2, address=address))
+        .map(fns.double)
+        .filter(fns.keep_even)
+        .batch(16)
+    )
     assert ids(list(pipe)) == want
     assert (tmp_path / "died").exists()  # it did die once
 
@@ -162,13 +176,20 @@ def test_image_steps_on_actors_match_in_process_in_every_pass(address: str) -> N
         Image.fromarray(pixels).save(buf, format="PNG")
         return base64.b64encode(buf.getvalue()).decode()
 
-    images = Dataset.from_records("img", [{"id": i, "png": png(i)} for i in range(24)],
-                                  samples_per_shard=8)  # fmt: skip
+    images = Dataset.from_records(
+        "img", [{"id": i, "png": png(i)} for i in range(24)], samples_per_shard=8
+    )
 
     def run(**place: Any) -> list[Any]:
         ws = StaticMixtureWorkSource([images], seed=1, stop_after_passes=2)
-        pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("png", **place)
-                .random_resized_crop(16).flip().map(fns.with_pass, **place).batch(8))  # fmt: skip
+        pipe = (
+            Pipeline(ws, rank=0, world_size=1)
+            .decode_image("png", **place)
+            .random_resized_crop(16)
+            .flip()
+            .map(fns.with_pass, **place)
+            .batch(8)
+        )
         return [(b["id"].tolist(), b["pass"].tolist(), b["png"].tobytes()) for b in pipe]
 
     want = run()
@@ -201,12 +222,22 @@ def test_without_an_address_ray_starts_on_loopback_and_serves_two_pipelines(
     script = tmp_path / "local_default.py"
     script.write_text(LOCAL_DEFAULT)
     root = Path(__file__).parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root), "HOME": str(tmp_path),
-           "RAY_USAGE_STATS_ENABLED": "0"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "HOME": str(tmp_path),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     for name in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(name, None)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=root)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=root,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["200", "200", "127.0.0.1"]
 
@@ -214,8 +245,9 @@ def test_without_an_address_ray_starts_on_loopback_and_serves_two_pipelines(
 def test_an_unreachable_cluster_is_a_config_error_saying_what_to_check() -> None:
     from zephon.engine.raypool import _connect_error
 
-    error = _connect_error(ConnectionError("Failed to connect to GCS at 10.0.0.9:6379"),
-                           "ray://user:secret@head:10001")  # fmt: skip
+    error = _connect_error(
+        ConnectionError("Failed to connect to GCS at 10.0.0.9:6379"), "ray://user:secret@head:10001"
+    )
     assert isinstance(error, ConfigError) and "secret" not in str(error)
     assert "check the address" in str(error) and "Failed to connect to GCS" in str(error)
     token = _connect_error(RuntimeError("RPC error: InvalidAuthToken: missing"), None)

@@ -230,10 +230,12 @@ class TestAzure(StorageContract):
         async with open_storage("az://", azurite.storage_options()) as storage:
             await storage.write(f"az://{azure_container}/sas/a.txt", b"signed")
         sas = generate_container_sas(
-            AZURITE_ACCOUNT, azure_container, account_key=AZURITE_KEY,
+            AZURITE_ACCOUNT,
+            azure_container,
+            account_key=AZURITE_KEY,
             permission=ContainerSasPermissions(read=True, list=True),
             expiry=datetime.now(UTC) + timedelta(hours=1),
-        )  # fmt: skip
+        )
         options = {"account_url": azurite.url, "sas_token": sas}
         async with open_storage("az://", options) as storage:
             listed = [i.uri async for i in storage.list(f"az://{azure_container}/sas/")]

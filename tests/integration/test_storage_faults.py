@@ -161,8 +161,10 @@ async def test_azure_reads_survive_throttles_resets_and_truncation(
 ) -> None:
     """503 ServerBusy, resets and short bodies in front of Azurite: every byte arrives."""
     rng = random.Random(9)
-    data = {f"az://{azure_container}/o/{i:03d}.bin": rng.randbytes(rng.randrange(1, 30_000))
-            for i in range(60)}  # fmt: skip
+    data = {
+        f"az://{azure_container}/o/{i:03d}.bin": rng.randbytes(rng.randrange(1, 30_000))
+        for i in range(60)
+    }
     async with open_storage("az://", azurite.storage_options()) as clean:
         await asyncio.gather(*(clean.write(uri, body) for uri, body in data.items()))
     faults = Faults(throttle_rate=0.2, reset_rate=0.05, truncate_rate=0.05, seed=4)
@@ -241,8 +243,11 @@ def test_a_response_that_does_not_parse_says_why_at_once(
     options = json.dumps(s3_endpoint.storage_options())
     run = subprocess.run(
         [sys.executable, "-X", "dev", "-c", DEV_MODE_SCRIPT, f"s3://{s3_bucket}/d/", options],
-        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
     out = run.stdout
     assert out.startswith("StorageError the server's response does not parse"), run.stderr[-2000:]
     assert "Duplicate 'Server' header" in out and "-X dev" in out

@@ -21,8 +21,9 @@ TEXTS = [("lorem ipsum dolor sit amet " * (1 + i % 13)).strip() + f" #{i}" for i
 
 @pytest.fixture(scope="module")
 def docs() -> Dataset:
-    return Dataset.from_records("docs", [{"id": i, "text": t} for i, t in enumerate(TEXTS)],
-                                samples_per_shard=64)  # fmt: skip
+    return Dataset.from_records(
+        "docs", [{"id": i, "text": t} for i, t in enumerate(TEXTS)], samples_per_shard=64
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,12 @@ def test_concat_packing_loses_no_tokens(docs: Dataset) -> None:
     ids = [s["input_ids"].tolist() for s in pipe(docs).tokenize("bytes")]
     rows = list(pipe(docs).tokenize("bytes").pack(seq, "concat"))
     assert all(len(r["input_ids"]) == seq for r in rows)
-    flat = [t for r in rows for t, g in zip(r["input_ids"].tolist(), r["segment_ids"].tolist(),
-                                            strict=True) if g]  # fmt: skip
+    flat = [
+        t
+        for r in rows
+        for t, g in zip(r["input_ids"].tolist(), r["segment_ids"].tolist(), strict=True)
+        if g
+    ]
     assert flat == [t for doc in ids for t in doc]  # every token, in order
     for r in rows:  # positions restart at each document and count up within it
         seg, pos = r["segment_ids"], r["positions"]
@@ -97,9 +102,11 @@ def test_tiktoken_encodings_are_accepted(docs: Dataset) -> None:
         for k in range(2, len(word) + 1):
             ranks.setdefault(word[:k], len(ranks))
     enc = tiktoken.Encoding(
-        "zephon-test", pat_str=r"\S+|\s+", mergeable_ranks=ranks,
+        "zephon-test",
+        pat_str=r"\S+|\s+",
+        mergeable_ranks=ranks,
         special_tokens={"<|startoftext|>": 1000, "<|endoftext|>": 1001},
-    )  # fmt: skip
+    )
     expected = [[1000, *ids, 1001] for ids in enc.encode_ordinary_batch(TEXTS)]
     assert any(len(e) < len(t) + 2 for e, t in zip(expected, TEXTS, strict=True))  # merged
     out = list(pipe(docs).tokenize(enc))
@@ -147,12 +154,16 @@ def _mixture(lanes: int = 1) -> Pipeline:
                 "short", [{"id": i, "text": f"s{i}"} for i in range(3000)], samples_per_shard=300
             )
         )
-        _MIXED.append(Dataset.from_records(
-            "long", [{"id": 10**6 + i, "text": "word " * (40 + i % 80)} for i in range(400)],
-            samples_per_shard=50,
-        ))  # fmt: skip
-    ws = StaticMixtureWorkSource(_MIXED, {"short": 1, "long": 1}, seed=3,
-                                 mixture_unit="tokens", chunk_size=64)  # fmt: skip
+        _MIXED.append(
+            Dataset.from_records(
+                "long",
+                [{"id": 10**6 + i, "text": "word " * (40 + i % 80)} for i in range(400)],
+                samples_per_shard=50,
+            )
+        )
+    ws = StaticMixtureWorkSource(
+        _MIXED, {"short": 1, "long": 1}, seed=3, mixture_unit="tokens", chunk_size=64
+    )
     return Pipeline(ws, rank=0, world_size=1, lanes=lanes).tokenize("bytes")
 
 

@@ -143,8 +143,9 @@ def test_loader_states_restore_with_other_workers_and_ranks(
 
     def loader(rank: int, world: int, workers: int) -> Any:
         mp = {"num_workers": workers, "multiprocessing_context": "forkserver"} if workers else {}
-        return StatefulDataLoader(build(root, rank, world).to_torch_dataset(), batch_size=None,
-                                  **mp)  # fmt: skip
+        return StatefulDataLoader(
+            build(root, rank, world).to_torch_dataset(), batch_size=None, **mp
+        )
 
     full = rows(build(root, 0, 1))
     (ranks, workers), (ranks_after, workers_after) = before, after
@@ -188,8 +189,9 @@ def test_torch_distributed_ranks_cover_the_stream_disjointly(root: str, tmp_path
     world = 4
     out = str(tmp_path / "gathered.json")
     init = f"file://{tmp_path / 'dist-init'}"
-    mp.start_processes(_worker, args=(world, root, init, out), nprocs=world, join=True,
-                       start_method="spawn")  # fmt: skip
+    mp.start_processes(
+        _worker, args=(world, root, init, out), nprocs=world, join=True, start_method="spawn"
+    )
     gathered = json.loads(Path(out).read_text())
     single = sorted(tuple(r) for b in build(root, 0, 1) for r in b["input_ids"].tolist())
     union = sorted(tuple(r) for rows in gathered for r in rows)

@@ -27,8 +27,11 @@ def write(root: Path, files: int = 3) -> list[dict[str, Any]]:
     rows = []
     for f in range(files):
         ids = list(range(f * PER_FILE, (f + 1) * PER_FILE))
-        part = {"id": ids, "text": [f"doc {i} " * (i % 5 + 1) for i in ids],
-                "score": [i / 4 for i in ids]}  # fmt: skip
+        part = {
+            "id": ids,
+            "text": [f"doc {i} " * (i % 5 + 1) for i in ids],
+            "score": [i / 4 for i in ids],
+        }
         vx.io.write(vx.array(pa.table(part)), str(root / f"part-{f}.vortex"))
         rows += [
             dict(zip(part, values, strict=True)) for values in zip(*part.values(), strict=True)
@@ -41,8 +44,13 @@ def test_every_row_once_projected(tmp_path: Path, decode_processes: int) -> None
     rows = write(tmp_path / "v")
     ds = Dataset.from_path("v", str(tmp_path / "v"), columns=["id", "text"])
     assert ds.format == "vortex" and ds.num_samples == 3 * PER_FILE
-    pipe = Pipeline(StaticMixtureWorkSource([ds], seed=2, shuffle="global"), rank=0,
-                    world_size=1, lanes=2, decode_processes=decode_processes)  # fmt: skip
+    pipe = Pipeline(
+        StaticMixtureWorkSource([ds], seed=2, shuffle="global"),
+        rank=0,
+        world_size=1,
+        lanes=2,
+        decode_processes=decode_processes,
+    )
     out = list(pipe)
     assert sorted(s["id"] for s in out) == [r["id"] for r in rows]
     by_id = {r["id"]: r for r in rows}
@@ -67,6 +75,10 @@ async def test_vortex_on_s3_with_a_persistent_index(
     await first.awrite_index()
     again = await Dataset.afrom_path("v", base, storage_options=options, index_cache=False)
     assert (again.discovery_stats.indexed, again.discovery_stats.from_persistent_index) == (0, 3)
-    got = [s async for s in Pipeline(StaticMixtureWorkSource([again], shuffle="none"), rank=0,
-                                     world_size=1)]  # fmt: skip
+    got = [
+        s
+        async for s in Pipeline(
+            StaticMixtureWorkSource([again], shuffle="none"), rank=0, world_size=1
+        )
+    ]
     assert json.dumps(got, sort_keys=True) == json.dumps(rows, sort_keys=True)

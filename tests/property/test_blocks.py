@@ -13,9 +13,14 @@ from zephon.refs import Cursor
 
 
 def lane_block(lane: int, n: int) -> Block:
-    rows = ChunkRows(lane, Cursor(lane, 3, 0, (0,)), np.zeros(n, np.int64),
-                     np.full(n, lane, np.int64), np.arange(n, dtype=np.int64) * 10 + lane,
-                     np.arange(1, n + 1, dtype=np.int64))  # fmt: skip
+    rows = ChunkRows(
+        lane,
+        Cursor(lane, 3, 0, (0,)),
+        np.zeros(n, np.int64),
+        np.full(n, lane, np.int64),
+        np.arange(n, dtype=np.int64) * 10 + lane,
+        np.arange(1, n + 1, dtype=np.int64),
+    )
     return Block(lane, list(range(n)), rows=rows)
 
 
@@ -58,8 +63,9 @@ def test_the_assembler_emits_chunks_in_slot_order_whatever_its_byte_bound(
     chunks = data.draw(st.lists(st.integers(1, 30), min_size=1, max_size=4))
     max_bytes = data.draw(st.sampled_from([1, 5, 40, 1 << 62]))
     emitted: list[tuple[list[int], ChunkRows]] = []
-    assembler = ChunkAssembler(0, lambda items, rows, failed, nbytes: emitted.append((items, rows)),
-                               max_bytes)  # fmt: skip
+    assembler = ChunkAssembler(
+        0, lambda items, rows, failed, nbytes: emitted.append((items, rows)), max_bytes
+    )
     expected = []
     for c, n in enumerate(chunks):
         owner = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
@@ -68,8 +74,15 @@ def test_the_assembler_emits_chunks_in_slot_order_whatever_its_byte_bound(
             reads.setdefault(o, []).append(slot)
         for o, slots in sorted(reads.items(), key=lambda kv: kv[1][0]):
             items = [c * 1000 + s for s in slots]
-            assembler.add(Cursor(0, c, 0, (0,)), np.array(slots), items, o, c,
-                          np.array(items), nbytes=len(slots))  # fmt: skip
+            assembler.add(
+                Cursor(0, c, 0, (0,)),
+                np.array(slots),
+                items,
+                o,
+                c,
+                np.array(items),
+                nbytes=len(slots),
+            )
         expected += [c * 1000 + s for s in range(n)]
     assembler.flush()
     assert [x for items, _ in emitted for x in items] == expected

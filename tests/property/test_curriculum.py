@@ -42,8 +42,14 @@ def lane_stream(ws: StaticMixtureWorkSource, lane: int, lanes: int) -> list[Poin
 
 
 def every_sample(ms: list[Manifest], times: int = 1) -> Counter[Pointer]:
-    return Counter({(d, s, i): times for d, m in enumerate(ms)
-                    for s, n in enumerate(m.shard_samples.tolist()) for i in range(n)})  # fmt: skip
+    return Counter(
+        {
+            (d, s, i): times
+            for d, m in enumerate(ms)
+            for s, n in enumerate(m.shard_samples.tolist())
+            for i in range(n)
+        }
+    )
 
 
 def global_prefix(ws: StaticMixtureWorkSource) -> Counter[Pointer]:
@@ -85,13 +91,26 @@ policies = st.sampled_from(["repeat", "stop"])
 
 
 @SETTINGS
-@given(datasets(), shuffles, policies, st.integers(1, 3), st.integers(1, 16), st.integers(0, 99),
-       st.sampled_from([16, 64, 1024]))  # fmt: skip
+@given(
+    datasets(),
+    shuffles,
+    policies,
+    st.integers(1, 3),
+    st.integers(1, 16),
+    st.integers(0, 99),
+    st.sampled_from([16, 64, 1024]),
+)
 def test_proportional_passes_deliver_every_sample_exactly_passes_times(
     ms: list[Manifest], shuffle: str, policy: str, passes: int, lanes: int, seed: int, chunk: int
 ) -> None:
-    ws = StaticMixtureWorkSource(ms, shuffle=shuffle, exhausted_policy=policy,
-                                 stop_after_passes=passes, seed=seed, chunk_size=chunk)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        ms,
+        shuffle=shuffle,
+        exhausted_policy=policy,
+        stop_after_passes=passes,
+        seed=seed,
+        chunk_size=chunk,
+    )
     streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
     delivered = Counter(p for s in streams for p in s)
     assert delivered == every_sample(ms, passes)
@@ -102,15 +121,34 @@ def test_proportional_passes_deliver_every_sample_exactly_passes_times(
 
 
 @SETTINGS
-@given(datasets(), st.lists(st.integers(1, 9), min_size=5, max_size=5), shuffles, policies,
-       st.sampled_from([1, 2, 3, None]), st.integers(1, 12), st.integers(0, 99))  # fmt: skip
+@given(
+    datasets(),
+    st.lists(st.integers(1, 9), min_size=5, max_size=5),
+    shuffles,
+    policies,
+    st.sampled_from([1, 2, 3, None]),
+    st.integers(1, 12),
+    st.integers(0, 99),
+)
 def test_any_weights_deliver_exactly_the_global_prefix(
-    ms: list[Manifest], raw: list[int], shuffle: str, policy: str, passes: int | None,
-    lanes: int, seed: int,
-) -> None:  # fmt: skip
+    ms: list[Manifest],
+    raw: list[int],
+    shuffle: str,
+    policy: str,
+    passes: int | None,
+    lanes: int,
+    seed: int,
+) -> None:
     mixture = {m.name: raw[d] for d, m in enumerate(ms)}
-    ws = StaticMixtureWorkSource(ms, mixture, shuffle=shuffle, exhausted_policy=policy,
-                                 stop_after_passes=passes, seed=seed, chunk_size=64)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        ms,
+        mixture,
+        shuffle=shuffle,
+        exhausted_policy=policy,
+        stop_after_passes=passes,
+        seed=seed,
+        chunk_size=64,
+    )
     ends = ws.end_counts()
     if policy == "repeat" and passes is None:
         assert ends is None  # infinite
@@ -133,21 +171,39 @@ def test_any_weights_deliver_exactly_the_global_prefix(
 
 
 @SETTINGS
-@given(datasets(max_samples=3000), st.lists(st.integers(1, 9), min_size=5, max_size=5),
-       shuffles, policies, st.sampled_from([1, 2, None]), st.sampled_from([1, 2, 4, 8]),
-       st.sampled_from([1, 2, 4]))  # fmt: skip
+@given(
+    datasets(max_samples=3000),
+    st.lists(st.integers(1, 9), min_size=5, max_size=5),
+    shuffles,
+    policies,
+    st.sampled_from([1, 2, None]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2, 4]),
+)
 def test_mixture_stays_bounded_per_lane_per_rank_and_globally(
-    ms: list[Manifest], raw: list[int], shuffle: str, policy: str, passes: int | None,
-    lanes: int, world: int,
-) -> None:  # fmt: skip
+    ms: list[Manifest],
+    raw: list[int],
+    shuffle: str,
+    policy: str,
+    passes: int | None,
+    lanes: int,
+    world: int,
+) -> None:
     if lanes % world:
         return
     mixture = {m.name: raw[d] for d, m in enumerate(ms)}
-    ws = StaticMixtureWorkSource(ms, mixture, shuffle=shuffle, exhausted_policy=policy,
-                                 stop_after_passes=passes, chunk_size=64)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        ms,
+        mixture,
+        shuffle=shuffle,
+        exhausted_policy=policy,
+        stop_after_passes=passes,
+        chunk_size=64,
+    )
     if ws.end_counts() is None:
-        ws = StaticMixtureWorkSource(ms, mixture, shuffle=shuffle, stop_after_passes=1,
-                                     chunk_size=64)  # fmt: skip
+        ws = StaticMixtureWorkSource(
+            ms, mixture, shuffle=shuffle, stop_after_passes=1, chunk_size=64
+        )
     streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
     for s in streams:
         assert worst_deviation([p[0] for p in s], ws.weights) <= 2
@@ -178,22 +234,25 @@ def test_stop_ends_the_curriculum_whatever_stop_after_passes_says() -> None:
 
 def test_max_repeats_ends_when_a_dataset_would_start_pass_two_plus_n() -> None:
     ms = [small("a", [100]), small("b", [1000])]
-    ws = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, stop_after_passes=None,
-                                 max_repeats={"a": 2})  # fmt: skip
+    ws = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, stop_after_passes=None, max_repeats={"a": 2})
     assert ws.end_counts() == [300, 300]
     streams = [lane_stream(ws, lane, 2) for lane in range(2)]
     delivered = Counter(p for s in streams for p in s)
     assert delivered == global_prefix(ws)
     assert all(delivered[(0, 0, i)] == 3 for i in range(100))  # three passes of a, no fourth
-    with_passes = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, stop_after_passes=1,
-                                          max_repeats=5)  # fmt: skip
+    with_passes = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, stop_after_passes=1, max_repeats=5)
     assert with_passes.end_counts() == [600, 600]  # a stops b's single pass at its 6th pass
 
 
 def test_reshuffle_on_repeat_false_keeps_the_order_across_passes() -> None:
     ms = [small("a", [40, 60]), small("b", [500])]
-    ws = StaticMixtureWorkSource(ms, {"a": 1, "b": 1}, shuffle="global", stop_after_passes=1,
-                                 reshuffle_on_repeat={"a": False})  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        ms,
+        {"a": 1, "b": 1},
+        shuffle="global",
+        stop_after_passes=1,
+        reshuffle_on_repeat={"a": False},
+    )
     a = [p for p in lane_stream(ws, 0, 1) if p[0] == 0]
     assert len(a) == 500
     assert a[:100] == a[100:200] == a[400:500]  # every pass of a in one order
@@ -210,8 +269,10 @@ def test_invalid_repetition_settings_name_the_conflicting_arguments() -> None:
 
     ms = [small("a", [10]), small("b", [10])]
     for kwargs, match in [
-        ({"exhausted_policy": {"a": "stop"}, "max_repeats": {"a": 1}},
-         r"max_repeats=1 for 'a' conflicts with exhausted_policy='stop'"),
+        (
+            {"exhausted_policy": {"a": "stop"}, "max_repeats": {"a": 1}},
+            r"max_repeats=1 for 'a' conflicts with exhausted_policy='stop'",
+        ),
         ({"exhausted_policy": {"c": "stop"}}, r"exhausted_policy names unknown datasets \['c'\]"),
         ({"max_repeats": -1}, "max_repeats for 'a' must be an int >= 0"),
         ({"reshuffle_on_repeat": {"b": "yes"}}, "reshuffle_on_repeat for 'b' must be a bool"),
@@ -220,7 +281,7 @@ def test_invalid_repetition_settings_name_the_conflicting_arguments() -> None:
         ({"mixture": [0.5, 0.5]}, r"mixture must map dataset names to weights, e.g. \{'a'"),
         ({"mixture": {"a": 1, "c": 1}}, r"unknown \['c'\], missing \['b'\]"),
         ({"mixture": {"a": 1, "b": 0}}, "mixture weights must be positive numbers"),
-    ]:  # fmt: skip
+    ]:
         with pytest.raises(ConfigError, match=match):
             StaticMixtureWorkSource(ms, **kwargs)
 
@@ -234,8 +295,9 @@ def cut_streams(
     for lane in range(lanes):
         stream: list[Pointer] = []
         for c in ws.chunks(lane, lanes, history=history or ()):
-            stream.extend(zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(),
-                              strict=True))  # fmt: skip
+            stream.extend(
+                zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(), strict=True)
+            )
             if len(stream) >= cuts[lane]:
                 break
         stream = stream[: cuts[lane]]
@@ -245,14 +307,29 @@ def cut_streams(
 
 
 @SETTINGS
-@given(datasets(max_datasets=3, max_samples=2000), st.integers(1, 8), st.integers(1, 8),
-       st.integers(1, 8), st.data(), shuffles, policies, st.integers(1, 2))  # fmt: skip
+@given(
+    datasets(max_datasets=3, max_samples=2000),
+    st.integers(1, 8),
+    st.integers(1, 8),
+    st.integers(1, 8),
+    st.data(),
+    shuffles,
+    policies,
+    st.integers(1, 2),
+)
 def test_relaning_delivers_the_rest_exactly_once(
-    ms: list[Manifest], lanes: int, lanes2: int, lanes3: int, data: st.DataObject,
-    shuffle: str, policy: str, passes: int,
-) -> None:  # fmt: skip
-    ws = StaticMixtureWorkSource(ms, shuffle=shuffle, exhausted_policy=policy,
-                                 stop_after_passes=passes, chunk_size=64)  # fmt: skip
+    ms: list[Manifest],
+    lanes: int,
+    lanes2: int,
+    lanes3: int,
+    data: st.DataObject,
+    shuffle: str,
+    policy: str,
+    passes: int,
+) -> None:
+    ws = StaticMixtureWorkSource(
+        ms, shuffle=shuffle, exhausted_policy=policy, stop_after_passes=passes, chunk_size=64
+    )
     sizes = [len(lane_stream(ws, lane, lanes)) for lane in range(lanes)]
     cuts = [data.draw(st.integers(0, n)) for n in sizes]
     first, drawn = cut_streams(ws, lanes, cuts)
@@ -264,8 +341,10 @@ def test_relaning_delivers_the_rest_exactly_once(
     rest = [p for lane in range(lanes3) for p in lane_stream_h(ws, lane, lanes3, history2)]
     assert Counter(first + second + rest) == every_sample(ms, passes)
     for d in range(len(ms)):  # the rest is shared fairly among the new lanes
-        shares = [sum(1 for p in lane_stream_h(ws, lane, lanes3, history2) if p[0] == d)
-                  for lane in range(lanes3)]  # fmt: skip
+        shares = [
+            sum(1 for p in lane_stream_h(ws, lane, lanes3, history2) if p[0] == d)
+            for lane in range(lanes3)
+        ]
         assert max(shares) - min(shares) <= 1
 
 
@@ -279,8 +358,13 @@ def lane_stream_h(
 
 
 @SETTINGS
-@given(datasets(max_datasets=3, max_samples=500), st.integers(1, 6), st.integers(1, 6),
-       st.data(), shuffles)  # fmt: skip
+@given(
+    datasets(max_datasets=3, max_samples=500),
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.data(),
+    shuffles,
+)
 def test_relaning_an_infinite_curriculum_finishes_the_passes_reached(
     ms: list[Manifest], lanes: int, lanes2: int, data: st.DataObject, shuffle: str
 ) -> None:
@@ -311,26 +395,44 @@ def lane_stream_prefix(
     if n == 0:
         return out
     for c in ws.chunks(lane, lanes, history=history):
-        out.extend(p for p in zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(),
-                                  strict=True) if p[0] == d)  # fmt: skip
+        out.extend(
+            p
+            for p in zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(), strict=True)
+            if p[0] == d
+        )
         if len(out) >= n:
             return out[:n]
     return out
 
 
 @SETTINGS
-@given(datasets(max_samples=400), st.lists(st.integers(1, 9), min_size=5, max_size=5),
-       st.booleans(), policies, st.sampled_from([1, 2, None]), st.integers(1, 12),
-       st.integers(0, 11), st.floats(0, 1))  # fmt: skip
-@example([small("a", [317]), small("b", [5]), small("c", [399])], [1] * 5, False, "repeat", 1,
-         6, 4, 0.5)  # fmt: skip
+@given(
+    datasets(max_samples=400),
+    st.lists(st.integers(1, 9), min_size=5, max_size=5),
+    st.booleans(),
+    policies,
+    st.sampled_from([1, 2, None]),
+    st.integers(1, 12),
+    st.integers(0, 11),
+    st.floats(0, 1),
+)
+@example(
+    [small("a", [317]), small("b", [5]), small("c", [399])], [1] * 5, False, "repeat", 1, 6, 4, 0.5
+)
 def test_planning_from_any_cursor_continues_the_same_chunks(
-    ms: list[Manifest], raw: list[int], weighted: bool, policy: str, passes: int | None,
-    lanes: int, lane: int, where: float,
-) -> None:  # fmt: skip
+    ms: list[Manifest],
+    raw: list[int],
+    weighted: bool,
+    policy: str,
+    passes: int | None,
+    lanes: int,
+    lane: int,
+    where: float,
+) -> None:
     mixture = {m.name: raw[d] for d, m in enumerate(ms)} if weighted else None
-    ws = StaticMixtureWorkSource(ms, mixture, exhausted_policy=policy, stop_after_passes=passes,
-                                 chunk_size=32)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        ms, mixture, exhausted_policy=policy, stop_after_passes=passes, chunk_size=32
+    )
     lane %= lanes
     chunks = []
     for c in ws.chunks(lane, lanes):

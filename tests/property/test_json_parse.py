@@ -11,12 +11,19 @@ from hypothesis import strategies as st
 from zephon.formats.jsondata import parse_json
 
 SCALARS = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
     | st.text()  # lone surrogates included: json escapes and reads them back
-)  # fmt: skip
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=5)
-                      | st.dictionaries(st.text(max_size=8), inner, max_size=5),
-                      max_leaves=30)  # fmt: skip
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -61,8 +61,9 @@ def plain(request: Any) -> Any:
     """A request with its sample, slot and pass arrays as tuples, so requests compare
     with ==."""
     passes = None if request.passes is None else tuple(request.passes.tolist())
-    return request._replace(samples=tuple(request.samples.tolist()),
-                            slots=tuple(request.slots.tolist()), passes=passes)  # fmt: skip
+    return request._replace(
+        samples=tuple(request.samples.tolist()), slots=tuple(request.slots.tolist()), passes=passes
+    )
 
 
 def from_requests(requests: list[Any]) -> list[tuple[int, int, int]]:
@@ -86,14 +87,15 @@ def test_permutation_is_a_bijection(n: int, key: int) -> None:
     assert sorted(image.tolist()) == list(range(n))
 
 
-@given(st.integers(1, 3000), st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5),
-       st.data())  # fmt: skip
+@given(st.integers(1, 3000), st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5), st.data())
 def test_keyed_permutations_at_once_equal_one_at_a_time(
     n: int, keys: list[int], data: st.DataObject
 ) -> None:
     which = np.array(data.draw(st.lists(st.integers(0, len(keys) - 1), max_size=200)), np.int64)
-    indices = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=len(which),
-                                          max_size=len(which))), np.int64)  # fmt: skip
+    indices = np.array(
+        data.draw(st.lists(st.integers(0, n - 1), min_size=len(which), max_size=len(which))),
+        np.int64,
+    )
     pairs = zip(indices.tolist(), which.tolist(), strict=True)
     expected = [int(permute(np.array([i]), n, keys[w])[0]) for i, w in pairs]
     assert permute_keyed(indices, n, keys, which).tolist() == expected
@@ -105,8 +107,11 @@ def test_pure_function(sizes: list[int], shuffle: str, seed: int, lanes: int, ch
     def build() -> StaticMixtureWorkSource:
         return StaticMixtureWorkSource(
             [ragged("a", sizes, 1), ragged("b", sizes[::-1], 2)],
-            seed=seed, shuffle=shuffle, chunk_size=chunk, stop_after_passes=2,
-        )  # fmt: skip
+            seed=seed,
+            shuffle=shuffle,
+            chunk_size=chunk,
+            stop_after_passes=2,
+        )
 
     if sum(sizes) < lanes:
         return
@@ -116,8 +121,14 @@ def test_pure_function(sizes: list[int], shuffle: str, seed: int, lanes: int, ch
 
 
 @SETTINGS
-@given(manifests, shuffles, st.integers(0, 1000), st.integers(1, 4), st.integers(1, 3),
-       st.integers(1, 50))  # fmt: skip
+@given(
+    manifests,
+    shuffles,
+    st.integers(0, 1000),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 50),
+)
 @example([21], "block", 0, 1, 2, 1)  # one shard, chunk 1: runs once spanned the whole dataset
 def test_every_pass_covers_every_sample_once_across_disjoint_lanes_and_is_told(
     sizes: list[int], shuffle: str, seed: int, lanes: int, passes: int, chunk: int
@@ -126,9 +137,13 @@ def test_every_pass_covers_every_sample_once_across_disjoint_lanes_and_is_told(
     if m.num_samples < lanes:
         return
     ws = StaticMixtureWorkSource(
-        [m], seed=seed, shuffle=shuffle, chunk_size=chunk,
-        exhausted_policy="stop", stop_after_passes=passes,
-    )  # fmt: skip
+        [m],
+        seed=seed,
+        shuffle=shuffle,
+        chunk_size=chunk,
+        exhausted_policy="stop",
+        stop_after_passes=passes,
+    )
     everything = [stream(ws, lane, lanes) for lane in range(lanes)]
     all_samples = {(s, i) for s, n in enumerate(sizes) for i in range(n)}
     (split,) = ws.splits(lanes)
@@ -141,8 +156,11 @@ def test_every_pass_covers_every_sample_once_across_disjoint_lanes_and_is_told(
             seen.update((sh, sm) for _, sh, sm in lane_stream[at : at + share])
         assert set(seen) == all_samples and set(seen.values()) == {1}
     for lane in range(lanes):  # each request says the pass of each of its samples
-        told = {(r.cursor.chunk, slot): p for r in asyncio.run(collect(ws, lane, lanes))
-                for slot, p in zip(r.slots.tolist(), r.passes.tolist(), strict=True)}  # fmt: skip
+        told = {
+            (r.cursor.chunk, slot): p
+            for r in asyncio.run(collect(ws, lane, lanes))
+            for slot, p in zip(r.slots.tolist(), r.passes.tolist(), strict=True)
+        }
         in_order = [told[k] for k in sorted(told)]
         assert in_order == [p for p in range(passes) for _ in range(split.share(lane, p))]
     size = len(everything[0]) // passes
@@ -186,8 +204,14 @@ def test_every_prefix_is_within_two_of_the_mixture(
 
 
 @SETTINGS
-@given(manifests, shuffles, st.integers(1, 3), st.integers(1, 64),
-       st.integers(0, 4000), st.integers(1, 1 << 14))  # fmt: skip
+@given(
+    manifests,
+    shuffles,
+    st.integers(1, 3),
+    st.integers(1, 64),
+    st.integers(0, 4000),
+    st.integers(1, 1 << 14),
+)
 def test_coalesced_requests_cover_exactly_the_samples(
     sizes: list[int], shuffle: str, lanes: int, chunk: int, gap: int, max_bytes: int
 ) -> None:
@@ -229,9 +253,17 @@ def row_groups(name: str, sizes: list[int], rows: int) -> Manifest:
 
 
 @SETTINGS
-@given(manifests, shuffles, st.sampled_from([1, 2, 3]), st.integers(1, 40),
-       st.sampled_from(["repeat", "stop"]), st.integers(1, 9), st.integers(2, 7),
-       st.sampled_from(["a", "b", "abc"]), st.sampled_from([1 << 26, 600]))  # fmt: skip
+@given(
+    manifests,
+    shuffles,
+    st.sampled_from([1, 2, 3]),
+    st.integers(1, 40),
+    st.sampled_from(["repeat", "stop"]),
+    st.integers(1, 9),
+    st.integers(2, 7),
+    st.sampled_from(["a", "b", "abc"]),
+    st.sampled_from([1 << 26, 600]),
+)
 def test_chunks_planned_together_equal_chunks_planned_one_by_one(
     sizes: list[int],
     shuffle: str,
@@ -248,22 +280,36 @@ def test_chunks_planned_together_equal_chunks_planned_one_by_one(
     import zephon.plan.planner as planner
 
     def plan(count: int) -> list[Any]:
-        every = {"a": ragged("a", sizes, 1), "b": row_groups("b", sizes[::-1], rows),
-                 "c": ragged("c", [7, 3], 2)}  # fmt: skip
+        every = {
+            "a": ragged("a", sizes, 1),
+            "b": row_groups("b", sizes[::-1], rows),
+            "c": ragged("c", [7, 3], 2),
+        }
         ws = StaticMixtureWorkSource(
             [every[x] for x in names],
             mixture={"a": 3, "b": 2, "c": 1} if len(names) > 1 else None,
-            shuffle=shuffle, chunk_size=chunk, max_request_bytes=max_request,
-            exhausted_policy=policy, stop_after_passes=2, seed=11,
-        )  # fmt: skip
+            shuffle=shuffle,
+            chunk_size=chunk,
+            max_request_bytes=max_request,
+            exhausted_policy=policy,
+            stop_after_passes=2,
+            seed=11,
+        )
         saved = planner.CHUNKS_AT_ONCE, planner.PLAN_SLICE_S
         planner.CHUNKS_AT_ONCE, planner.PLAN_SLICE_S = count, 1e9  # groups of ``count``
         try:
             return [
-                (c.cursor, c.next_cursor, c.datasets.tolist(), c.shards.tolist(),
-                 c.samples.tolist(), [plain(r) for r in c.requests])
-                for lane in range(lanes) for c in ws.chunks(lane, lanes)
-            ]  # fmt: skip
+                (
+                    c.cursor,
+                    c.next_cursor,
+                    c.datasets.tolist(),
+                    c.shards.tolist(),
+                    c.samples.tolist(),
+                    [plain(r) for r in c.requests],
+                )
+                for lane in range(lanes)
+                for c in ws.chunks(lane, lanes)
+            ]
         finally:
             planner.CHUNKS_AT_ONCE, planner.PLAN_SLICE_S = saved
 
@@ -274,8 +320,15 @@ def test_chunks_planned_together_equal_chunks_planned_one_by_one(
 
 
 @SETTINGS
-@given(manifests, shuffles, st.integers(1, 40), st.integers(1, 9), st.sampled_from(["a", "b"]),
-       st.integers(0, 600), st.sampled_from([None, 1]))  # fmt: skip
+@given(
+    manifests,
+    shuffles,
+    st.integers(1, 40),
+    st.integers(1, 9),
+    st.sampled_from(["a", "b"]),
+    st.integers(0, 600),
+    st.sampled_from([None, 1]),
+)
 def test_pointers_in_storage_order_skip_the_sort_and_plan_the_same_reads(
     sizes: list[int], shuffle: str, chunk: int, rows: int, name: str, gap: int, run: int | None
 ) -> None:
@@ -285,9 +338,16 @@ def test_pointers_in_storage_order_skip_the_sort_and_plan_the_same_reads(
     passes = 1 if shuffle == "none" else 2  # one pass of storage order: nothing to sort
 
     def plan() -> list[Any]:
-        ws = StaticMixtureWorkSource([m], shuffle=shuffle, chunk_size=chunk, run_size=run,
-                                     stop_after_passes=passes, seed=5, coalesce_gap_bytes=gap,
-                                     max_request_bytes=2000)  # fmt: skip
+        ws = StaticMixtureWorkSource(
+            [m],
+            shuffle=shuffle,
+            chunk_size=chunk,
+            run_size=run,
+            stop_after_passes=passes,
+            seed=5,
+            coalesce_gap_bytes=gap,
+            max_request_bytes=2000,
+        )
         return [[plain(r) for r in c.requests] for c in ws.chunks()]
 
     seen: list[bool] = []
@@ -317,8 +377,9 @@ def test_resume_from_any_cut_yields_exactly_the_rest(
     ms = [ragged("a", sizes, 5), ragged("b", [7, 3], 6)]
     if min(m.num_samples for m in ms) < lanes:
         return
-    ws = StaticMixtureWorkSource(ms, {"a": 2, "b": 1}, shuffle=shuffle, chunk_size=chunk,
-                                 stop_after_passes=2)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        ms, {"a": 2, "b": 1}, shuffle=shuffle, chunk_size=chunk, stop_after_passes=2
+    )
     for lane in range(lanes):
         chunks = list(ws.chunks(lane, lanes))
         full = stream(ws, lane, lanes)
@@ -383,9 +444,13 @@ def test_token_mixture_balances_tokens_not_samples() -> None:
     short = ragged("short", [200] * 5, 1)
     long_ = Manifest.uniform("long", 5, 200, sample_bytes=4000)
     ws = StaticMixtureWorkSource(
-        [short, long_], {"short": 1, "long": 1}, mixture_unit="tokens",
-        tokens_per_byte={"short": 0.25, "long": 0.25}, stop_after_passes=None, chunk_size=100,
-    )  # fmt: skip
+        [short, long_],
+        {"short": 1, "long": 1},
+        mixture_unit="tokens",
+        tokens_per_byte={"short": 0.25, "long": 0.25},
+        stop_after_passes=None,
+        chunk_size=100,
+    )
     tokens = np.zeros(2)
     count = np.zeros(2)
     for i, chunk in enumerate(ws.chunks(0, 1)):
@@ -437,8 +502,15 @@ def test_a_read_window_changes_the_reads_never_the_samples(window_mb: int, shuff
     sizes = [63] * 15 + [55]
     layouts = [_Records(RecordIndex(np.arange(n + 1, dtype=np.int64) * 70_000)) for n in sizes]
     ds = in_memory("images", "images-w", sizes, layouts)
-    ws = StaticMixtureWorkSource([ds], seed=2, shuffle=shuffle, chunk_size=256, run_size=16,
-                                 max_request_bytes=1 << 20, stop_after_passes=2)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        [ds],
+        seed=2,
+        shuffle=shuffle,
+        chunk_size=256,
+        run_size=16,
+        max_request_bytes=1 << 20,
+        stop_after_passes=2,
+    )
     plain_reads = asyncio.run(collect(ws, 0, 1))
     wide = asyncio.run(collect(ws, 0, 1, window_bytes=window_mb << 20))
     assert from_requests(wide) == from_requests(plain_reads) == stream(ws, 0, 1)

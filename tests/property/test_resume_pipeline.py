@@ -81,9 +81,15 @@ async def consume(pipe: Pipeline, limit: int | None) -> list[int]:
 
 
 def run_phase(
-    ds: list[Dataset], chain: str, world: int, lanes: int, state: dict[str, Any] | None,
-    limits: list[int | None], merge: bool, **kw: Any,
-) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
+    ds: list[Dataset],
+    chain: str,
+    world: int,
+    lanes: int,
+    state: dict[str, Any] | None,
+    limits: list[int | None],
+    merge: bool,
+    **kw: Any,
+) -> tuple[list[int], dict[str, Any]]:
     got: list[int] = []
     states = []
     for rank in range(world):
@@ -113,14 +119,24 @@ def expected(ds: list[Dataset], chain: str, passes: int = 1) -> Counter[int]:
 
 
 @SETTINGS
-@given(collections(), st.sampled_from(list(CHAINS)), st.sampled_from(["none", "block", "global"]),
-       st.sampled_from(["repeat", "stop"]), st.sampled_from([(1, 1), (2, 1), (3, 3), (4, 2),
-                                                             (6, 2), (5, 1)]),
-       st.sampled_from([(1, 1), (2, 2), (4, 2), (3, 3), (6, 3), (4, 4)]), st.data())  # fmt: skip
+@given(
+    collections(),
+    st.sampled_from(list(CHAINS)),
+    st.sampled_from(["none", "block", "global"]),
+    st.sampled_from(["repeat", "stop"]),
+    st.sampled_from([(1, 1), (2, 1), (3, 3), (4, 2), (6, 2), (5, 1)]),
+    st.sampled_from([(1, 1), (2, 2), (4, 2), (3, 3), (6, 3), (4, 4)]),
+    st.data(),
+)
 def test_a_pass_survives_a_cut_restored_on_another_world_and_lane_count(
-    ds: list[Dataset], chain: str, shuffle: str, policy: str, before: tuple[int, int],
-    after: tuple[int, int], data: st.DataObject,
-) -> None:  # fmt: skip
+    ds: list[Dataset],
+    chain: str,
+    shuffle: str,
+    policy: str,
+    before: tuple[int, int],
+    after: tuple[int, int],
+    data: st.DataObject,
+) -> None:
     lanes, world = before
     lanes2, world2 = after
     kw = {"shuffle": shuffle, "exhausted_policy": policy}
@@ -147,14 +163,24 @@ def test_a_rank_refuses_a_state_that_lacks_its_lanes() -> None:
 
 
 @SETTINGS
-@given(collections(), st.sampled_from(list(HOLDING)), st.sampled_from(["none", "block", "global"]),
-       st.sampled_from([(1, 1), (2, 1), (3, 3), (4, 2), (2, 2)]),
-       st.sampled_from([(1, 1), (2, 2), (4, 2), (3, 3), (6, 3), (5, 5)]),
-       st.sampled_from([(3, 1), (2, 2), (4, 4), (1, 1)]), st.data())  # fmt: skip
+@given(
+    collections(),
+    st.sampled_from(list(HOLDING)),
+    st.sampled_from(["none", "block", "global"]),
+    st.sampled_from([(1, 1), (2, 1), (3, 3), (4, 2), (2, 2)]),
+    st.sampled_from([(1, 1), (2, 2), (4, 2), (3, 3), (6, 3), (5, 5)]),
+    st.sampled_from([(3, 1), (2, 2), (4, 4), (1, 1)]),
+    st.data(),
+)
 def test_items_held_by_operators_are_handed_over_when_relaning(
-    ds: list[Dataset], chain: str, shuffle: str, first: tuple[int, int],
-    second: tuple[int, int], third: tuple[int, int], data: st.DataObject,
-) -> None:  # fmt: skip
+    ds: list[Dataset],
+    chain: str,
+    shuffle: str,
+    first: tuple[int, int],
+    second: tuple[int, int],
+    third: tuple[int, int],
+    data: st.DataObject,
+) -> None:
     """A shuffle window, a pack row, a stateful apply's buffer: whatever operators hold at a
     checkpoint reaches the consumer exactly once after a restore into other lane counts,
     also when the second checkpoint falls inside a handed-over residue."""

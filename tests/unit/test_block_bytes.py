@@ -38,8 +38,9 @@ async def _source(blocks: list[Block]) -> AsyncIterator[Block]:
 
 async def test_a_shuffle_window_weighs_what_its_items_weighed() -> None:
     for warmup in (0, 16):
-        out = [b async for b in shuffle_blocks(_source(_blocks(1000, 64)), 128, 7, 0, 0, None,
-                                               warmup)]  # fmt: skip
+        out = [
+            b async for b in shuffle_blocks(_source(_blocks(1000, 64)), 128, 7, 0, 0, None, warmup)
+        ]
         assert sum(len(b.items) for b in out) == 1000
         assert all(b.nbytes == PER_ITEM * len(b.items) for b in out)
 
@@ -65,11 +66,16 @@ async def test_packed_rows_and_an_applied_ops_outputs_weigh_their_inputs() -> No
 
 
 def test_a_lane_on_workers_with_a_shuffle_still_grows_its_read_ahead() -> None:
-    ds = Dataset.from_records("r", [{"id": i, "text": "x" * 500} for i in range(4000)],
-                              samples_per_shard=500)  # fmt: skip
+    ds = Dataset.from_records(
+        "r", [{"id": i, "text": "x" * 500} for i in range(4000)], samples_per_shard=500
+    )
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
-    pipe = (Pipeline(ws, rank=0, world_size=1, lanes=1).map(fns.as_text, processes=2)
-            .shuffle(256).batch(16))  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1, lanes=1)
+        .map(fns.as_text, processes=2)
+        .shuffle(256)
+        .batch(16)
+    )
     assert sum(len(b["id"]) for b in pipe) == 4000
     run = pipe._last
     assert run is not None and run.res is not None
@@ -87,7 +93,8 @@ async def test_objects_read_into_samples_weigh_in_their_block() -> None:
     ds = Dataset.from_records("objects", records, samples_per_shard=8)
     block = _blocks(8, 8, lambda i: records[i])[0]
     async with open_storage("memory://", {"store": store}) as storage:
-        out = await fetch_block(FetchField("obj", "data", None, 1 << 20), block, [storage],
-                                [ds], 4, None)  # fmt: skip
+        out = await fetch_block(
+            FetchField("obj", "data", None, 1 << 20), block, [storage], [ds], 4, None
+        )
     assert [x["data"] for x in out.items] == [b"z" * 5000] * 8
     assert out.nbytes == PER_ITEM * 8 + 5000 * 8  # the rows' bytes and the objects'

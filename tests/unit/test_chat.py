@@ -58,9 +58,14 @@ def tok() -> Any:
     t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     t.decoder = decoders.ByteLevel()
     corpus = [m["content"] for m in CONVERSATION] * 20 + ["system user assistant"] * 20
-    t.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    t.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=SPECIAL,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     return t
 
 
@@ -111,8 +116,9 @@ def test_templates_from_a_tokenizer_config_or_a_transformers_tokenizer(
     from_file = ChatTokenize(tok, chat_template=str(config))({"messages": CONVERSATION})
     assert from_file["loss_mask"].tolist() == want["loss_mask"].tolist()
     transformers = pytest.importorskip("transformers")
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok,
-                                                chat_template=CHATML_GENERATION)  # fmt: skip
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, chat_template=CHATML_GENERATION
+    )
     via_hf = ChatTokenize(fast)({"messages": CONVERSATION})
     assert via_hf["input_ids"].tolist() == want["input_ids"].tolist()
     assert via_hf["loss_mask"].tolist() == want["loss_mask"].tolist()
@@ -137,8 +143,10 @@ def test_bad_templates_and_inputs_are_refused(tok: Any) -> None:
 def conversations(n: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
-        turns = [{"role": "user", "content": f"question {i}"},
-                 {"role": "assistant", "content": f"answer {i} " * (i % 4 + 1)}]  # fmt: skip
+        turns = [
+            {"role": "user", "content": f"question {i}"},
+            {"role": "assistant", "content": f"answer {i} " * (i % 4 + 1)},
+        ]
         out.append({"id": i, "messages": turns * (1 + i % 2)})
     return out
 
@@ -150,9 +158,11 @@ def test_in_the_pipeline_processes_resume_and_errors(tok: Any, tmp_path: Path) -
 
     def pipe(processes: int) -> Pipeline:
         ws = StaticMixtureWorkSource(ds, seed=2, shuffle="global")
-        return (Pipeline(ws, rank=0, world_size=1, lanes=2)
-                .tokenize_chat(str(path), chat_template=CHATML, processes=processes)
-                .to_training())  # fmt: skip
+        return (
+            Pipeline(ws, rank=0, world_size=1, lanes=2)
+            .tokenize_chat(str(path), chat_template=CHATML, processes=processes)
+            .to_training()
+        )
 
     def rows(p: Pipeline, limit: int | None = None) -> list[tuple[int, list[int]]]:
         async def go() -> list[tuple[int, list[int]]]:
@@ -186,8 +196,11 @@ def test_a_user_message_cannot_forge_the_loss_mask(tok: Any, template: str) -> N
     """Generation spans are marked by strings no data can write: characters that look like
     a marker stay text of the user's, never masked in, never dropped."""
     forged = "\ue000\ue001Say \ue000yes\ue001 please \ue000"
-    conversation = [*CONVERSATION[:3], {"role": "user", "content": forged},
-                    {"role": "assistant", "content": "No."}]  # fmt: skip
+    conversation = [
+        *CONVERSATION[:3],
+        {"role": "user", "content": forged},
+        {"role": "assistant", "content": "No."},
+    ]
     chat = ChatTokenize(tok, chat_template=template)
     (out,) = chat.batch([{"messages": conversation}])
     text, _ = chat.render({"messages": conversation})
@@ -199,8 +212,11 @@ def test_a_user_message_cannot_forge_the_loss_mask(tok: Any, template: str) -> N
 def test_a_long_conversation_costs_one_render_with_generation_tags_or_is_refused(
     tok: Any,
 ) -> None:
-    turns = [{"role": r, "content": f"turn {i} " + "x" * 30}
-             for i in range(4000) for r in ("user", "assistant")]  # fmt: skip
+    turns = [
+        {"role": r, "content": f"turn {i} " + "x" * 30}
+        for i in range(4000)
+        for r in ("user", "assistant")
+    ]
     spans = ChatTokenize(tok, chat_template=CHATML_GENERATION)
     (out,) = spans.batch([{"messages": turns}])
     assert out["loss_mask"].sum() > 0

@@ -22,8 +22,9 @@ def write_groups(root: Path, shards: int, rows: int, group: int) -> int:
     for s in range(shards):
         ids = np.arange(s * rows, (s + 1) * rows)
         text = [rng.bytes(300).hex() for _ in ids]  # incompressible: bytes follow rows
-        pq.write_table(pa.table({"id": ids, "text": text}), root / f"p{s}.parquet",
-                       row_group_size=group)  # fmt: skip
+        pq.write_table(
+            pa.table({"id": ids, "text": text}), root / f"p{s}.parquet", row_group_size=group
+        )
     return sum(p.stat().st_size for p in root.iterdir())
 
 
@@ -52,8 +53,9 @@ def test_the_default_is_1024_unless_every_dataset_has_one_row_group_size(tmp_pat
     write_groups(tmp_path / "b", shards=3, rows=1000, group=200)
     write_groups(tmp_path / "big", shards=2, rows=20_000, group=10_000)
     write_jsonl(tmp_path / "j", shards=2, per_shard=50)
-    a, b, big, j = (Dataset.from_path(n, str(tmp_path / n), index_cache=False)
-                    for n in ("a", "b", "big", "j"))  # fmt: skip
+    a, b, big, j = (
+        Dataset.from_path(n, str(tmp_path / n), index_cache=False) for n in ("a", "b", "big", "j")
+    )
     assert StaticMixtureWorkSource([a]).chunk_size == 1024  # 8 groups of 128
     assert StaticMixtureWorkSource([b]).chunk_size == 1000
     assert StaticMixtureWorkSource([a, b]).chunk_size == 1024  # two row group sizes
@@ -67,9 +69,14 @@ def records(name: str, shards: int, per_shard: int, nbytes: int) -> Manifest:
     """A record dataset of ``shards`` x ``per_shard`` samples of ``nbytes`` each."""
     offsets = np.arange(per_shard + 1, dtype=np.int64) * nbytes
     layouts = [_Records(RecordIndex(offsets)) for _ in range(shards)]
-    return Manifest(name, f"{name}-{nbytes}", np.full(shards, per_shard, dtype=np.int64),
-                    [f"memory://t/{name}/{i}" for i in range(shards)], ["1"] * shards,
-                    layouts)  # fmt: skip
+    return Manifest(
+        name,
+        f"{name}-{nbytes}",
+        np.full(shards, per_shard, dtype=np.int64),
+        [f"memory://t/{name}/{i}" for i in range(shards)],
+        ["1"] * shards,
+        layouts,
+    )
 
 
 def test_a_chunk_of_large_records_weighs_about_16_mib() -> None:
@@ -94,7 +101,10 @@ def test_large_parquet_rows_keep_whole_row_groups(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     for s in range(2):
         blobs = [rng.bytes(60_000) for _ in range(400)]  # incompressible images, say
-        pq.write_table(pa.table({"id": np.arange(400), "jpg": blobs}), root / f"p{s}.parquet",
-                       row_group_size=100)  # fmt: skip
+        pq.write_table(
+            pa.table({"id": np.arange(400), "jpg": blobs}),
+            root / f"p{s}.parquet",
+            row_group_size=100,
+        )
     ws = StaticMixtureWorkSource([Dataset.from_path("pq", str(root), index_cache=False)])
     assert ws.chunk_size == 300  # groups of 100 rows, nearest 256 rows of ~60 KB

@@ -18,9 +18,10 @@ def datasets(n: int = 2000) -> list[Dataset]:
     def doc(i: int) -> dict[str, Any]:
         return {"id": i, "input_ids": list(range(i % 7 + 3))}  # 3-9 tokens
 
-    return [Dataset.from_records("a", [doc(i) for i in range(n)], samples_per_shard=100),
-            Dataset.from_records("b", [doc(100_000 + i) for i in range(n)],
-                                 samples_per_shard=100)]  # fmt: skip
+    return [
+        Dataset.from_records("a", [doc(i) for i in range(n)], samples_per_shard=100),
+        Dataset.from_records("b", [doc(100_000 + i) for i in range(n)], samples_per_shard=100),
+    ]
 
 
 def take(pipe: Pipeline, limit: int | None = None) -> list[dict[str, Any]]:
@@ -43,9 +44,15 @@ def token_share_of_a(items: list[dict[str, Any]]) -> float:
 
 
 def test_token_shares_return_after_a_filter_drops_40_percent_of_one_dataset() -> None:
-    ws = StaticMixtureWorkSource(datasets(), {"a": 0.5, "b": 0.5}, seed=1, shuffle="global",
-                                 mixture_unit="tokens", tokens_per_byte={"a": 0.3, "b": 0.3},
-                                 stop_after_passes=None)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        datasets(),
+        {"a": 0.5, "b": 0.5},
+        seed=1,
+        shuffle="global",
+        mixture_unit="tokens",
+        tokens_per_byte={"a": 0.3, "b": 0.3},
+        stop_after_passes=None,
+    )
     filtered = Pipeline(ws, rank=0, world_size=1, lanes=2).filter(fns.drop_40_percent_of_a)
     before = token_share_of_a(take(filtered, 3000))
     assert before < 0.45  # the filter skews the mixture
@@ -71,8 +78,11 @@ def test_token_shares_return_after_a_filter_drops_40_percent_of_one_dataset() ->
 def test_emit_keeps_every_sample_and_resumes_exactly(weight_by: str) -> None:
     def pipe() -> Pipeline:
         ws = StaticMixtureWorkSource(datasets(300), seed=2, shuffle="block")
-        return (Pipeline(ws, rank=0, world_size=1, lanes=3).filter(fns.drop_40_percent_of_a)
-                .ensure_mixture(weight_by, buffer_size=16))  # fmt: skip
+        return (
+            Pipeline(ws, rank=0, world_size=1, lanes=3)
+            .filter(fns.drop_40_percent_of_a)
+            .ensure_mixture(weight_by, buffer_size=16)
+        )
 
     whole = [x["id"] for x in take(pipe())]
     assert sorted(whole) == sorted(
@@ -96,10 +106,12 @@ def test_bad_arguments() -> None:
 
 def test_a_cut_anywhere_resumes_exactly() -> None:
     def pipe() -> Pipeline:
-        ws = StaticMixtureWorkSource(datasets(40), {"a": 0.3, "b": 0.7}, seed=5,
-                                     shuffle="global")  # fmt: skip
-        return (Pipeline(ws, rank=0, world_size=1).filter(fns.drop_40_percent_of_a)
-                .ensure_mixture(buffer_size=4))  # fmt: skip
+        ws = StaticMixtureWorkSource(datasets(40), {"a": 0.3, "b": 0.7}, seed=5, shuffle="global")
+        return (
+            Pipeline(ws, rank=0, world_size=1)
+            .filter(fns.drop_40_percent_of_a)
+            .ensure_mixture(buffer_size=4)
+        )
 
     whole = [x["id"] for x in take(pipe())]
     for cut in range(1, len(whole)):
@@ -112,8 +124,9 @@ def test_a_cut_anywhere_resumes_exactly() -> None:
 
 def test_one_tokens_per_byte_ratio_for_every_dataset() -> None:
     def source(ratio: Any) -> StaticMixtureWorkSource:
-        return StaticMixtureWorkSource(datasets(), {"a": 0.5, "b": 0.5}, seed=1,
-                                       mixture_unit="tokens", tokens_per_byte=ratio)  # fmt: skip
+        return StaticMixtureWorkSource(
+            datasets(), {"a": 0.5, "b": 0.5}, seed=1, mixture_unit="tokens", tokens_per_byte=ratio
+        )
 
     assert source(0.25).tokens_per_byte == [0.25, 0.25]  # once a TypeError
     assert source(0.25).fingerprint() == source({"a": 0.25, "b": 0.25}).fingerprint()

@@ -74,9 +74,16 @@ def test_s3_connection_and_credential_errors() -> None:
 
 @pytest.mark.parametrize(
     ("status", "expected"),
-    [(404, NotFound), (403, AccessDenied), (412, ObjectChanged), (429, Throttled),
-     (503, Throttled), (500, TransientStorageError), (400, StorageError)],
-)  # fmt: skip
+    [
+        (404, NotFound),
+        (403, AccessDenied),
+        (412, ObjectChanged),
+        (429, Throttled),
+        (503, Throttled),
+        (500, TransientStorageError),
+        (400, StorageError),
+    ],
+)
 def test_http_status_translation(status: int, expected: type[Exception]) -> None:
     assert type(error_for_status(status, "gs://b/k")) is expected
 

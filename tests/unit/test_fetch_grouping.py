@@ -68,10 +68,11 @@ async def test_slow_start_admits_one_more_call_per_completion() -> None:
 
 async def test_gaps_other_shards_and_size_bound_split_groups() -> None:
     got = await groups(
-        req("a", 0, 100), req("a", 150, 200),  # gap 50 > 10
+        req("a", 0, 100),
+        req("a", 150, 200),  # gap 50 > 10
         req("b", 200, 300),  # another shard
         req("b", 300, 1500),  # would exceed max_bytes
-    )  # fmt: skip
+    )
     assert got == [[0], [150], [200], [300]]
 
 
@@ -147,8 +148,9 @@ async def test_the_opening_chunks_reads_do_not_wait_for_each_other(
     overlaps: list[tuple[int, int]] = []  # (read, reads in flight when it began)
     real = MemoryBackend.get_range
 
-    async def get_range(self: MemoryBackend, uri: str, start: int, stop: int,
-                        version: str | None) -> tuple[bytes, int]:  # fmt: skip
+    async def get_range(
+        self: MemoryBackend, uri: str, start: int, stop: int, version: str | None
+    ) -> tuple[bytes, int]:
         flight[0] += 1
         overlaps.append((len(overlaps), flight[0]))
         try:

@@ -13,9 +13,10 @@ from zephon.errors import ConfigError
 
 
 def source() -> StaticMixtureWorkSource:
-    ds = [Dataset.from_records(name, [{"id": k * 10_000 + i} for i in range(n)],
-                               samples_per_shard=37)
-          for k, (name, n) in enumerate([("a", 600), ("b", 300), ("c", 100)])]  # fmt: skip
+    ds = [
+        Dataset.from_records(name, [{"id": k * 10_000 + i} for i in range(n)], samples_per_shard=37)
+        for k, (name, n) in enumerate([("a", 600), ("b", 300), ("c", 100)])
+    ]
     return StaticMixtureWorkSource(ds, seed=9, shuffle="global")
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.errors import ConfigError, FormatError
-from zephon.ops.image import DecodeImage, Flip, RandomResizedCrop, Resize, ToCHW
+from zephon.ops.image import Flip, RandomResizedCrop, Resize, ToCHW
+from zephon.ops.imagedecode import DecodeImage
 from zephon.ops.transform import Chain
 
 Image = pytest.importorskip("PIL.Image")
@@ -24,8 +25,9 @@ Image = pytest.importorskip("PIL.Image")
 def picture(seed: int, height: int = 120, width: int = 160) -> np.ndarray:
     """Smooth gradients and a block: compresses like a photo, checks orientation."""
     y, x = np.mgrid[0:height, 0:width]
-    img = np.stack([(x * 255 // width), (y * 255 // height), np.full_like(x, seed * 37 % 256)],
-                   axis=-1).astype(np.uint8)  # fmt: skip
+    img = np.stack(
+        [(x * 255 // width), (y * 255 // height), np.full_like(x, seed * 37 % 256)], axis=-1
+    ).astype(np.uint8)
     img[10:30, 10:50] = (255, 0, 0)
     return img
 
@@ -104,8 +106,10 @@ def _tars(root: Path, n: int = 24) -> None:
         with tarfile.open(root / f"shard-{s}.tar", "w") as tar:
             for i in range(s * n // 2, (s + 1) * n // 2):
                 h, w = 90 + 7 * (i % 5), 120 + 11 * (i % 3)  # varied sizes, as real photos
-                for ext, data in (("jpg", encode(picture(i, h, w), "JPEG")),
-                                  ("cls", str(i % 10).encode())):  # fmt: skip
+                for ext, data in (
+                    ("jpg", encode(picture(i, h, w), "JPEG")),
+                    ("cls", str(i % 10).encode()),
+                ):
                     info = tarfile.TarInfo(f"{i:06d}.{ext}")
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
@@ -113,9 +117,14 @@ def _tars(root: Path, n: int = 24) -> None:
 
 def _run(ds: Dataset, processes: int) -> list[np.ndarray]:
     ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
-    pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=processes)
-            .random_resized_crop(48, processes=processes).flip(seed=3).to_chw()
-            .batch(8))  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1)
+        .decode_image("jpg", processes=processes)
+        .random_resized_crop(48, processes=processes)
+        .flip(seed=3)
+        .to_chw()
+        .batch(8)
+    )
     return [b["jpg"] for b in pipe]
 
 
@@ -135,8 +144,14 @@ def test_image_steps_follow_a_pooled_decode_into_one_worker_call(tmp_path: Path)
     _tars(tmp_path / "tars")
     ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
     ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
-    pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2)
-            .random_resized_crop(48).flip(seed=3).to_chw().batch(8))  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1)
+        .decode_image("jpg", processes=2)
+        .random_resized_crop(48)
+        .flip(seed=3)
+        .to_chw()
+        .batch(8)
+    )
     text = pipe.explain()
     assert "map(to_chw(field='jpg'); 2 processes) (in the same worker call)" in text
     assert text.count("(in the same worker call)") == 3
@@ -157,15 +172,20 @@ def test_only_image_steps_run_on_this_process_threads_while_the_workers_start(
     """A pool's head start (run on threads while its workers start) is for steps that say
     they run without the GIL and keep no state: Zephon's image steps, not a user's map."""
     crop = RandomResizedCrop(48, "jpg", (0.5, 1), (0.75, 1.33), 0)
-    image_steps = [("map", DecodeImage("jpg")), ("map", crop), ("map", Flip("jpg", 0.5, 0)),
-                   ("map", ToCHW("jpg"))]  # fmt: skip
+    image_steps = [
+        ("map", DecodeImage("jpg")),
+        ("map", crop),
+        ("map", Flip("jpg", 0.5, 0)),
+        ("map", ToCHW("jpg")),
+    ]
     assert Chain(image_steps).releases_gil
     assert not Chain([*image_steps, ("map", _where)]).releases_gil
     _tars(tmp_path / "tars")
     ds = Dataset.from_path("imgs", str(tmp_path / "tars"), format="webdataset")
     ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
-    pipe = (Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2)
-            .map(_where, processes=2))  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1).decode_image("jpg", processes=2).map(_where, processes=2)
+    )
     pids = {s["pid"] for s in pipe}
     assert pids and os.getpid() not in pids  # the user's map ran in the workers only
 
@@ -188,14 +208,21 @@ def test_corrupt_images_are_skipped_and_counted_when_asked(tmp_path: Path) -> No
         assert (info.value.dataset, info.value.sample) == ("imgs", 12)
     with pytest.raises(FormatError, match=r"cannot identify image file\)$"):
         DecodeImage("jpg")({"jpg": b"not an image"})  # not Pillow's name for its BytesIO
-    pipe = (Pipeline(ws, rank=0, world_size=1, on_error="skip")
-            .decode_image("jpg", processes=2).center_crop(32))  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1, on_error="skip")
+        .decode_image("jpg", processes=2)
+        .center_crop(32)
+    )
     keys = sorted(s["__key__"] for s in pipe)
     assert keys == [f"{i:06d}" for i in range(24)]
     skipped = pipe.stats()["skipped"]
     assert sorted(s["sample"] for s in skipped) == [12, 13]  # after the shard's 12 samples
-    assert all(s["dataset"] == "imgs" and s["shard"].endswith("shard-0.tar")
-               and "decode_image" in s["error"] for s in skipped)  # fmt: skip
+    assert all(
+        s["dataset"] == "imgs"
+        and s["shard"].endswith("shard-0.tar")
+        and "decode_image" in s["error"]
+        for s in skipped
+    )
 
 
 def test_batching_images_of_different_sizes_says_to_resize_first(tmp_path: Path) -> None:
@@ -292,8 +319,13 @@ def test_to_tensor_lays_out_scales_and_normalises_without_a_python_loop() -> Non
     gray = ToTensor("g", dtype="float32", mean=0.5, std=0.5)({"g": img[..., 0]})["g"]
     assert gray.shape == (1, 6, 8)
     assert np.abs(gray[0] - (img[..., 0] / 255 - 0.5) / 0.5).max() < 1e-6
-    bads = [{"layout": "CWH"}, {"dtype": "int8"}, {"mean": 0.5},
-            {"dtype": "float32", "mean": 0.5, "std": 0}, {"mean": 0.5, "std": 0.5}]  # fmt: skip
+    bads = [
+        {"layout": "CWH"},
+        {"dtype": "int8"},
+        {"mean": 0.5},
+        {"dtype": "float32", "mean": 0.5, "std": 0},
+        {"mean": 0.5, "std": 0.5},
+    ]
     for bad in bads:
         with pytest.raises(ConfigError):
             ToTensor("jpg", **bad)  # type: ignore[arg-type]
@@ -312,9 +344,13 @@ def test_to_tensor_batches_are_normalised_nchw_identically_in_workers(tmp_path: 
 
     def run(processes: int) -> list[np.ndarray]:
         ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1)
-        pipe = (Pipeline(ws, rank=0, world_size=1).decode_image(processes=processes)
-                .center_crop(40).to_tensor(dtype="float32", mean=0.5, std=0.25)
-                .batch(8))  # fmt: skip
+        pipe = (
+            Pipeline(ws, rank=0, world_size=1)
+            .decode_image(processes=processes)
+            .center_crop(40)
+            .to_tensor(dtype="float32", mean=0.5, std=0.25)
+            .batch(8)
+        )
         return [b["jpg"] for b in pipe]
 
     here = run(0)

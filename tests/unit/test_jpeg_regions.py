@@ -13,7 +13,8 @@ import pytest
 
 from zephon.errors import FormatError
 from zephon.ops import jpeg
-from zephon.ops.image import DecodeImage, RandomResizedCrop
+from zephon.ops.image import RandomResizedCrop
+from zephon.ops.imagedecode import DecodeImage
 from zephon.ops.transform import Chain
 
 Image = pytest.importorskip("PIL.Image")
@@ -61,7 +62,12 @@ def test_a_region_has_the_pixels_of_the_whole_image_cut(kind: str) -> None:
                     top, left = rng.randrange(h - ch + 1), rng.randrange(w - cw + 1)
                     got = jpeg.decode_region(data, gray, scale, (top, left, ch, cw))
                     assert np.array_equal(got, full[top : top + ch, left : left + cw]), (
-                        kind, i, gray, scale, (top, left, ch, cw))  # fmt: skip
+                        kind,
+                        i,
+                        gray,
+                        scale,
+                        (top, left, ch, cw),
+                    )
 
 
 def test_whole_images_match_simplejpeg() -> None:
@@ -83,8 +89,10 @@ def test_a_decode_then_a_crop_on_workers_decodes_the_crop_with_the_same_pixels(
     assert [type(fn).__name__ for _, fn in chain._calls] == ["DecodeCrop"]
     rng = random.Random(1)
     for i in range(40):
-        data = encode(photo(i, rng.randrange(60, 400), rng.randrange(60, 400)),
-                      **FILES[rng.choice(list(FILES))])  # type: ignore[arg-type]  # fmt: skip
+        data = encode(
+            photo(i, rng.randrange(60, 400), rng.randrange(60, 400)),
+            **FILES[rng.choice(list(FILES))],
+        )  # type: ignore[arg-type]
         for sample in ({"__key__": f"k{i}", "jpg": data}, {"id": i, "jpg": {"bytes": data}}):
             assert np.array_equal(chain(sample)["jpg"], crop(decode(sample))["jpg"])
 
@@ -98,8 +106,11 @@ def test_what_cannot_be_decoded_by_region_runs_as_two_steps() -> None:
     Image.fromarray(img).convert("CMYK").save(cmyk, format="JPEG")
     png = io.BytesIO()
     Image.fromarray(img).save(png, format="PNG")
-    samples = [{"jpg": encode(img)},  # no identity: the draw is keyed by the pixels
-               {"id": 1, "jpg": cmyk.getvalue()}, {"id": 2, "jpg": png.getvalue()}]  # fmt: skip
+    samples = [
+        {"jpg": encode(img)},  # no identity: the draw is keyed by the pixels
+        {"id": 1, "jpg": cmyk.getvalue()},
+        {"id": 2, "jpg": png.getvalue()},
+    ]
     for sample in samples:
         assert np.array_equal(chain(sample)["jpg"], crop(decode(sample))["jpg"])
     other = RandomResizedCrop(32, "other", (0.08, 1.0), (3 / 4, 4 / 3), seed=0)
@@ -117,9 +128,12 @@ def test_damage_in_the_rows_read_is_a_format_error_naming_the_field() -> None:
         with pytest.raises(FormatError, match="corrupt image in field 'jpg'"):
             DecodeImage("jpg")({"jpg": broken})
     with pytest.raises(FormatError, match="max_pixels"):
-        Chain([("map", DecodeImage("jpg", max_pixels=100)),
-               ("map", RandomResizedCrop(8, "jpg", (0.5, 1.0), (1.0, 1.0), seed=0))])(
-            {"id": 0, "jpg": data})  # fmt: skip
+        Chain(
+            [
+                ("map", DecodeImage("jpg", max_pixels=100)),
+                ("map", RandomResizedCrop(8, "jpg", (0.5, 1.0), (1.0, 1.0), seed=0)),
+            ]
+        )({"id": 0, "jpg": data})
 
 
 @pytest.mark.parametrize(

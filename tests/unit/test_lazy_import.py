@@ -14,12 +14,19 @@ import zephon
 
 
 def test_an_operator_module_imports_without_the_rest_of_zephon() -> None:
-    heavy = ["zephon.pipeline", "zephon.dataset", "zephon.storage.s3", "aiohttp", "aiobotocore",
-             "pyarrow"]  # fmt: skip
-    code = (f"import sys, zephon.ops.image; print([m for m in {heavy!r} if m in sys.modules]);"
-            "import zephon; print(zephon.pipeline.Pipeline.__name__)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    heavy = [
+        "zephon.pipeline",
+        "zephon.dataset",
+        "zephon.storage.s3",
+        "aiohttp",
+        "aiobotocore",
+        "pyarrow",
+    ]
+    code = (
+        f"import sys, zephon.ops.image; print([m for m in {heavy!r} if m in sys.modules]);"
+        "import zephon; print(zephon.pipeline.Pipeline.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "Pipeline"]  # and subpackages load on first use
 
 

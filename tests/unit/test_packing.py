@@ -21,8 +21,11 @@ def tokens(i: int) -> dict[str, Any]:
     """Document ``i``: ``i % 23 + 1`` tokens, each ``1000 * (i + 1) + position``; its loss
     mask is 1 on odd positions (so misalignment shows)."""
     n = i % 23 + 1
-    return {"id": i, "input_ids": [1000 * (i + 1) + p for p in range(n)],
-            "loss_mask": [p % 2 for p in range(n)]}  # fmt: skip
+    return {
+        "id": i,
+        "input_ids": [1000 * (i + 1) + p for p in range(n)],
+        "loss_mask": [p % 2 for p in range(n)],
+    }
 
 
 def source(n: int = 150) -> StaticMixtureWorkSource:
@@ -50,8 +53,9 @@ def check_rows(rows: list[dict[str, Any]], n: int, min_len: int = 1) -> tuple[fl
     for row in rows:
         assert set(row) >= {"input_ids", "positions", "segment_ids", "loss_mask"}
         assert all(len(v) == SEQ for v in (row["input_ids"], row["loss_mask"]))
-        for t, pos, seg, mask in zip(row["input_ids"], row["positions"], row["segment_ids"],
-                                     row["loss_mask"], strict=True):  # fmt: skip
+        for t, pos, seg, mask in zip(
+            row["input_ids"], row["positions"], row["segment_ids"], row["loss_mask"], strict=True
+        ):
             if seg == 0:
                 pad += 1
                 assert mask == 0
@@ -135,8 +139,9 @@ def test_varlen_attention_loss_equals_documents_one_at_a_time() -> None:
         scores = (q @ k.transpose(-1, -2)) / dim**0.5
         scores = scores.masked_fill(~allowed, float("-inf"))
         out = head(x + torch.softmax(scores, dim=-1) @ v)
-        return torch.nn.functional.cross_entropy(out.reshape(-1, vocab), labels.reshape(-1),
-                                                 ignore_index=-100, reduction="sum")  # fmt: skip
+        return torch.nn.functional.cross_entropy(
+            out.reshape(-1, vocab), labels.reshape(-1), ignore_index=-100, reduction="sum"
+        )
 
     ids = torch.as_tensor(batch["input_ids"])
     pos = torch.as_tensor(batch["position_ids"])
@@ -147,8 +152,12 @@ def test_varlen_attention_loss_equals_documents_one_at_a_time() -> None:
         doc_of[a:b] = d
     causal = torch.ones(flat, flat, dtype=torch.bool).tril()
     block = (doc_of[:, None] == doc_of[None, :]) & causal  # block-diagonal, causal
-    packed = loss_sum(ids.reshape(1, -1), pos.reshape(1, -1),
-                      torch.as_tensor(batch["labels"]).reshape(1, -1), block)  # fmt: skip
+    packed = loss_sum(
+        ids.reshape(1, -1),
+        pos.reshape(1, -1),
+        torch.as_tensor(batch["labels"]).reshape(1, -1),
+        block,
+    )
     alone = 0.0
     for doc in docs:
         n = len(doc["input_ids"])
@@ -156,7 +165,8 @@ def test_varlen_attention_loss_equals_documents_one_at_a_time() -> None:
         mask = torch.as_tensor(doc["loss_mask"])
         labels = torch.full((1, n), -100)
         labels[0, :-1] = torch.where(mask[1:] == 1, d_ids[0, 1:], torch.tensor(-100))
-        alone = alone + loss_sum(d_ids, torch.arange(n)[None], labels,
-                                 torch.ones(n, n, dtype=torch.bool).tril())  # fmt: skip
+        alone = alone + loss_sum(
+            d_ids, torch.arange(n)[None], labels, torch.ones(n, n, dtype=torch.bool).tril()
+        )
     assert torch.allclose(packed, alone, rtol=1e-5)
     assert int(batch["num_valid_tokens"]) == sum(sum(d["loss_mask"][1:]) for d in docs)

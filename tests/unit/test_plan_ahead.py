@@ -33,8 +33,9 @@ def test_the_first_chunk_locates_only_its_own_pointers(
 
     monkeypatch.setattr(LanePlanner, "_locate", counting)
     tiny = Manifest.uniform("tiny", 2, 20, 100)  # 40 samples: 25 passes per chunk of 1000
-    ws = StaticMixtureWorkSource([tiny], shuffle=shuffle, chunk_size=1000, seed=3,
-                                 stop_after_passes=None)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        [tiny], shuffle=shuffle, chunk_size=1000, seed=3, stop_after_passes=None
+    )
     chunks = ws.chunks(0, 1)
     first = next(chunks)
     assert len(first) == 1000 and sum(located) == 1000
@@ -44,18 +45,28 @@ def test_the_first_chunk_locates_only_its_own_pointers(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(0, 40), min_size=1, max_size=5).filter(lambda s: sum(s) > 0),
-       st.sampled_from(["none", "shards", "block", "global"]), st.sampled_from([1, 2, 4, 64]),
-       st.integers(1, 9), st.integers(0, 2**32), st.booleans())  # fmt: skip
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=5).filter(lambda s: sum(s) > 0),
+    st.sampled_from(["none", "shards", "block", "global"]),
+    st.sampled_from([1, 2, 4, 64]),
+    st.integers(1, 9),
+    st.integers(0, 2**32),
+    st.booleans(),
+)
 def test_many_passes_at_once_are_located_as_pass_by_pass(
     sizes: list[int], shuffle: str, run: int, count: int, seed: int, wide: bool
 ) -> None:
     """The same (shard, sample) for every rank of every pass as :meth:`locate` pass by pass,
     for datasets smaller than a window (the fast path) and not (``wide``: the loop)."""
     n = sum(sizes)
-    order = DatasetOrder(ragged("d", sizes, 0), shuffle, seed % 1000, block_size=n,
-                         window=max(1, n // 2) if wide else n + 1 + seed % 50,
-                         run_size=run)  # fmt: skip
+    order = DatasetOrder(
+        ragged("d", sizes, 0),
+        shuffle,
+        seed % 1000,
+        block_size=n,
+        window=max(1, n // 2) if wide else n + 1 + seed % 50,
+        run_size=run,
+    )
     rng = np.random.default_rng(seed)
     passes = sorted(rng.choice(10_000, size=count, replace=False).tolist())
     which = rng.integers(0, count, size=3 * n)

@@ -49,12 +49,22 @@ def plan_digest() -> tuple[int, str]:
         for policy in ("repeat", "stop"):
             for lanes in (1, 3):
                 ws = StaticMixtureWorkSource(
-                    [records("a", [500, 3000, 70, 1200]), row_groups("b", [900, 40, 3330], 64),
-                     Manifest.uniform("u", 12, 250, 100)],
-                    {"a": 3, "b": 2, "u": 1}, shuffle=shuffle, chunk_size=chunk,
-                    block_size=block, run_size=run, exhausted_policy=policy,
-                    stop_after_passes=2, seed=7, coalesce_gap_bytes=100, max_request_bytes=4000,
-                )  # fmt: skip
+                    [
+                        records("a", [500, 3000, 70, 1200]),
+                        row_groups("b", [900, 40, 3330], 64),
+                        Manifest.uniform("u", 12, 250, 100),
+                    ],
+                    {"a": 3, "b": 2, "u": 1},
+                    shuffle=shuffle,
+                    chunk_size=chunk,
+                    block_size=block,
+                    run_size=run,
+                    exhausted_policy=policy,
+                    stop_after_passes=2,
+                    seed=7,
+                    coalesce_gap_bytes=100,
+                    max_request_bytes=4000,
+                )
                 for lane in range(lanes):
                     for c in ws.chunks(lane, lanes):
                         chunks += 1

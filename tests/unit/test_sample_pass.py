@@ -16,7 +16,8 @@ import pytest
 import zephon
 from tests.pipeline_fns import with_pass
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.ops.image import DecodeImage, RandomResizedCrop
+from zephon.ops.image import RandomResizedCrop
+from zephon.ops.imagedecode import DecodeImage
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -37,8 +38,12 @@ def _tars(root: Path, n: int = 16) -> None:
 
 def _crops(ds: Dataset, processes: int = 0) -> Pipeline:
     ws = StaticMixtureWorkSource([ds], seed=2, stop_after_passes=3, chunk_size=5)
-    return (Pipeline(ws, rank=0, world_size=1).decode_image("png", processes=processes)
-            .random_resized_crop(24, processes=processes).map(with_pass))  # fmt: skip
+    return (
+        Pipeline(ws, rank=0, world_size=1)
+        .decode_image("png", processes=processes)
+        .random_resized_crop(24, processes=processes)
+        .map(with_pass)
+    )
 
 
 def _seen(items: Any) -> list[tuple[str, int, bytes]]:
@@ -59,8 +64,10 @@ def test_each_pass_crops_afresh_identically_in_workers_and_after_a_restore(
     assert fresh >= 15  # a sample's three passes give three crops (the same crop: a bug)
     # the first pass draws as the step called alone: a sample's key, no pass
     # the step's seed is the work source's (2)
-    decode, crop = DecodeImage("png"), RandomResizedCrop(24, "png", (0.08, 1.0),
-                                                         (3 / 4, 4 / 3), seed=2)  # fmt: skip
+    decode, crop = (
+        DecodeImage("png"),
+        RandomResizedCrop(24, "png", (0.08, 1.0), (3 / 4, 4 / 3), seed=2),
+    )
     raw = {}
     for shard in sorted((tmp_path / "tars").glob("*.tar")):
         with tarfile.open(shard) as tar:
@@ -93,13 +100,18 @@ def test_a_repeated_dataset_counts_its_passes_and_each_pass_has_every_sample_onc
     tmp_path: Path, lanes: int, deterministic: bool
 ) -> None:
     big, small = _jsonl(tmp_path / "big", "b", 60), _jsonl(tmp_path / "small", "s", 7)
-    ws = StaticMixtureWorkSource([big, small], {"b": 0.5, "s": 0.5}, seed=1,
-                                 exhausted_policy={"b": "stop", "s": "repeat"},
-                                 chunk_size=4)  # fmt: skip
+    ws = StaticMixtureWorkSource(
+        [big, small],
+        {"b": 0.5, "s": 0.5},
+        seed=1,
+        exhausted_policy={"b": "stop", "s": "repeat"},
+        chunk_size=4,
+    )
     seen = []
     for rank in range(2):  # the two ranks of a run together
-        pipe = Pipeline(ws, rank=rank, world_size=2, lanes=lanes,
-                        deterministic=deterministic).map(with_pass)  # fmt: skip
+        pipe = Pipeline(ws, rank=rank, world_size=2, lanes=lanes, deterministic=deterministic).map(
+            with_pass
+        )
         seen += [(x["id"], x["pass"]) for x in pipe]
     counts = Counter(seen)
     assert set(counts.values()) == {1}  # no sample twice in one pass
@@ -146,7 +158,10 @@ def test_an_async_map_and_a_filter_see_the_pass_too(tmp_path: Path) -> None:
     async def tag(sample: dict[str, Any]) -> dict[str, Any]:
         return {**sample, "pass": zephon.sample_pass()}
 
-    pipe = (Pipeline(ws, rank=0, world_size=1).map(tag)
-            .filter(lambda x: x["pass"] == zephon.sample_pass()))  # fmt: skip
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1)
+        .map(tag)
+        .filter(lambda x: x["pass"] == zephon.sample_pass())
+    )
     got = Counter((x["id"], x["pass"]) for x in pipe)
     assert got == Counter((f"x{i}", p) for i in range(9) for p in range(3))

@@ -66,8 +66,9 @@ def test_a_windows_marks_are_computed_and_sliced_like_stored_ones() -> None:
     out = asyncio.run(_run(_blocks(250, 7), size=100, warmup=10))
     assert all(b._marks is None for b in out)
     first, whole = out[0], out[-2]  # a part of the first window; a whole window
-    assert first.marks == [(0, None, 0, ({"skip": j + 1, "part": 0},), (None, 10))
-                           for j in range(10)]  # fmt: skip
+    assert first.marks == [
+        (0, None, 0, ({"skip": j + 1, "part": 0},), (None, 10)) for j in range(10)
+    ]
     before = whole.marks[0][:3]
     assert whole.marks == [(*before, (j + 1,), (None, 200)) for j in range(100)]
     head, tail = whole.cut(30)
@@ -77,8 +78,13 @@ def test_a_windows_marks_are_computed_and_sliced_like_stored_ones() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 400), per=st.integers(1, 50), size=st.integers(1, 120),
-       warmup=st.integers(0, 130), cut=st.floats(0, 1))  # fmt: skip
+@given(
+    n=st.integers(1, 400),
+    per=st.integers(1, 50),
+    size=st.integers(1, 120),
+    warmup=st.integers(0, 130),
+    cut=st.floats(0, 1),
+)
 def test_resuming_from_any_items_mark_gives_the_rest(
     n: int, per: int, size: int, warmup: int, cut: float
 ) -> None:

@@ -16,9 +16,11 @@ IGN = -100
 
 def packed_row() -> dict[str, Any]:
     # two documents (3 and 4 tokens) and one pad
-    return {"input_ids": np.array([5, 6, 7, 8, 9, 10, 11, 0], np.int32),
-            "positions": np.array([0, 1, 2, 0, 1, 2, 3, 0], np.int32),
-            "segment_ids": np.array([1, 1, 1, 2, 2, 2, 2, 0], np.int32)}  # fmt: skip
+    return {
+        "input_ids": np.array([5, 6, 7, 8, 9, 10, 11, 0], np.int32),
+        "positions": np.array([0, 1, 2, 0, 1, 2, 3, 0], np.int32),
+        "segment_ids": np.array([1, 1, 1, 2, 2, 2, 2, 0], np.int32),
+    }
 
 
 def test_a_packed_row() -> None:
@@ -74,8 +76,13 @@ def _tokens(sample: dict[str, Any]) -> dict[str, Any]:
 
 def test_in_a_pipeline_after_pack_and_batch() -> None:
     ds = Dataset.from_records("r", [{"id": i} for i in range(120)], samples_per_shard=40)
-    pipe = (Pipeline(StaticMixtureWorkSource([ds], seed=2), rank=0, world_size=1)
-            .map(_tokens).pack(16).batch(4).to_training())  # fmt: skip
+    pipe = (
+        Pipeline(StaticMixtureWorkSource([ds], seed=2), rank=0, world_size=1)
+        .map(_tokens)
+        .pack(16)
+        .batch(4)
+        .to_training()
+    )
     batches = list(pipe)
     assert batches and "map(to_training" in pipe.explain()
     for b in batches:
@@ -122,12 +129,17 @@ def _texts() -> Dataset:
 def test_tokenize_special_tokens_padding_and_masks() -> None:
     ws = StaticMixtureWorkSource([_texts()], shuffle="none")
     base = Pipeline(ws, rank=0, world_size=1)
-    for name, head, tail in (("bos_eos", [256], [257]), ("bos", [256], []),
-                             ("eos", [], [257]), ("none", [], [])):  # fmt: skip
+    for name, head, tail in (
+        ("bos_eos", [256], [257]),
+        ("bos", [256], []),
+        ("eos", [], [257]),
+        ("none", [], []),
+    ):
         s = next(iter(base.tokenize("bytes", special_tokens=name)))
         assert s["input_ids"].tolist() == head + [ord("x")] * len(s["text"]) + tail
-    padded = list(base.tokenize("bytes", max_length=16, padding="max_length", pad_id=9,
-                                attention_mask=True))  # fmt: skip
+    padded = list(
+        base.tokenize("bytes", max_length=16, padding="max_length", pad_id=9, attention_mask=True)
+    )
     for s in padded:
         n = min(16, len(s["text"]) + 2)
         assert len(s["input_ids"]) == 16 and s["attention_mask"].tolist() == [1] * n + [0] * (
@@ -178,8 +190,11 @@ def test_position_ids_of_documents_split_across_rows(algorithm: str) -> None:
     ``position_ids="document"`` continues them (once the default, up to 1,322 in rows of
     256)."""
     ds = Dataset.from_records("r", [{"id": i} for i in range(30)], samples_per_shard=10)
-    pipe = Pipeline(StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1), rank=0,
-                    world_size=1).map(_long).pack(16, algorithm=algorithm)  # fmt: skip
+    pipe = (
+        Pipeline(StaticMixtureWorkSource([ds], seed=2, stop_after_passes=1), rank=0, world_size=1)
+        .map(_long)
+        .pack(16, algorithm=algorithm)
+    )
     rows = list(pipe.to_training())
     assert max(int(r["position_ids"].max()) for r in rows) < 16
     for r in rows:  # restarting at every document start and at the start of the row

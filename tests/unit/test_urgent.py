@@ -34,9 +34,16 @@ def test_waiting_calls_run_smallest_key_first_then_first_come() -> None:
     thread = UrgentThread("t")
     order: list[str] = []
     _, release = _held(thread)
-    futures = [thread.submit(key, order.append, name)
-               for key, name in [((512, 0), "far"), ((64, 0), "a"), ((0, -2), "start, later step"),
-                                 ((0, 0), "start"), ((64, 0), "b")]]  # fmt: skip
+    futures = [
+        thread.submit(key, order.append, name)
+        for key, name in [
+            ((512, 0), "far"),
+            ((64, 0), "a"),
+            ((0, -2), "start, later step"),
+            ((0, 0), "start"),
+            ((64, 0), "b"),
+        ]
+    ]
     release.set()
     for f in futures:
         f.result(30)

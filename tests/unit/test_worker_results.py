@@ -159,8 +159,9 @@ def test_a_process_that_exits_leaves_no_segment_and_no_warning(tmp_path: Path) -
     )
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=root, env=env, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=root, env=env, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr and "resource_tracker" not in done.stderr
     assert _segments(done.stdout.strip()) == []
@@ -168,8 +169,15 @@ def test_a_process_that_exits_leaves_no_segment_and_no_warning(tmp_path: Path) -
 
 def _blobs(n: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(n)
-    return [{"jpg": rng.bytes(100_000 + i), "hf": {"bytes": rng.bytes(70_000), "path": None},
-             "cls": b"7", "id": i} for i in range(n)]  # fmt: skip
+    return [
+        {
+            "jpg": rng.bytes(100_000 + i),
+            "hf": {"bytes": rng.bytes(70_000), "path": None},
+            "cls": b"7",
+            "id": i,
+        }
+        for i in range(n)
+    ]
 
 
 def _expected(items: list[dict[str, Any]]) -> list[tuple[str, int, str]]:

@@ -34,9 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     from zephon import __version__
 
     parser = argparse.ArgumentParser(
-        prog="zephon", description="Zephon data loader tools",
+        prog="zephon",
+        description="Zephon data loader tools",
         epilog="example: zephon inspect s3://bucket/web/  (zephon COMMAND --help for more)",
-    )  # fmt: skip
+    )
     parser.add_argument("--version", action="version", version=f"zephon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -51,31 +52,46 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     def command(name: str, help: str, example: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=help, epilog=f"example: {example}",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+        return sub.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=f"example: {example}",
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
 
-    inspect = command("inspect", "format, shards, counts and a preview of a dataset",
-                      "zephon inspect s3://bucket/web/ --preview 5")  # fmt: skip
+    inspect = command(
+        "inspect",
+        "format, shards, counts and a preview of a dataset",
+        "zephon inspect s3://bucket/web/ --preview 5",
+    )
     dataset_args(inspect)
     inspect.add_argument("--preview", type=int, default=3, help="samples to show")
     inspect.add_argument("--shards", type=int, default=10, help="shards to list")
 
-    index = command("index", "write a persistent index so discovery needs no scan",
-                    "zephon index gs://bucket/docs/")  # fmt: skip
+    index = command(
+        "index",
+        "write a persistent index so discovery needs no scan",
+        "zephon index gs://bucket/docs/",
+    )
     dataset_args(index)
     index.add_argument("--out", default=None, help="where to write it (default: beside the data)")
 
-    bench = command("bench", "read a dataset for a while: throughput, first-sample time, "
-                    "fetch latency percentiles and the busiest stage",
-                    "zephon bench s3://bucket/web/ --seconds 20 --shuffle global")  # fmt: skip
+    bench = command(
+        "bench",
+        "read a dataset for a while: throughput, first-sample time, "
+        "fetch latency percentiles and the busiest stage",
+        "zephon bench s3://bucket/web/ --seconds 20 --shuffle global",
+    )
     dataset_args(bench)
     bench.add_argument("--seconds", type=float, default=10.0, help="how long to read")
     bench.add_argument("--shuffle", default="block", help="none, shards, block or global")
     bench.add_argument("--processes", type=int, default=0, help="decode processes")
     bench.add_argument("--lanes", type=int, default=1, help="lanes (independent streams)")
 
-    demo = command("demo", "stream a generated dataset from an embedded S3 server",
-                   "zephon demo --shards 32")  # fmt: skip
+    demo = command(
+        "demo", "stream a generated dataset from an embedded S3 server", "zephon demo --shards 32"
+    )
     demo.add_argument("--shards", type=int, default=16)
     demo.add_argument("--shard-mib", type=int, default=4)
     demo.add_argument("--concurrency", type=int, default=16)
@@ -95,8 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         from zephon.cli.bench import run_bench
 
-        return run_bench(args.path, args.format, options, args.allow_pickle, args.seconds,
-                         args.shuffle, args.processes, args.lanes)  # fmt: skip
+        return run_bench(
+            args.path,
+            args.format,
+            options,
+            args.allow_pickle,
+            args.seconds,
+            args.shuffle,
+            args.processes,
+            args.lanes,
+        )
     if args.command == "inspect":
         return run_inspect(
             args.path, args.format, options, args.allow_pickle, args.preview, args.shards

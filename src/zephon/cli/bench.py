@@ -14,17 +14,24 @@ __all__ = ["run_bench"]
 
 
 def run_bench(
-    path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, seconds: float,
-    shuffle: ShuffleMode, processes: int, lanes: int,
-) -> int:  # fmt: skip
+    path: str,
+    fmt: str | None,
+    options: dict[str, Any],
+    allow_pickle: bool,
+    seconds: float,
+    shuffle: ShuffleMode,
+    processes: int,
+    lanes: int,
+) -> int:
     """Discover ``path``, stream it (repeating if it ends) for ``seconds`` and print samples/s,
     MB/s, the time to the first sample, fetch latency percentiles and the busiest stage."""
     from zephon import Pipeline, StaticMixtureWorkSource
 
     started = time.perf_counter()
     try:
-        ds = Dataset.from_path(_name(path), path, format=fmt, storage_options=options,
-                               allow_pickle=allow_pickle)  # fmt: skip
+        ds = Dataset.from_path(
+            _name(path), path, format=fmt, storage_options=options, allow_pickle=allow_pickle
+        )
         discovered = time.perf_counter() - started
         ws = StaticMixtureWorkSource([ds], seed=0, shuffle=shuffle, stop_after_passes=None)
         pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes, decode_processes=processes)
@@ -47,17 +54,22 @@ def run_bench(
     fetch = stats["fetch"]
     print(f"dataset      {path} ({ds.format}, {ds.num_samples:,} samples, {len(ds.shards)} shards)")
     print(f"discovery    {discovered:.2f} s; first sample after {first or 0.0:.2f} s")
-    print(f"throughput   {count / elapsed:,.0f} samples/s, "
-          f"{fetch['bytes'] / elapsed / 1e6:,.1f} MB/s fetched over {elapsed:.1f} s")  # fmt: skip
+    print(
+        f"throughput   {count / elapsed:,.0f} samples/s, "
+        f"{fetch['bytes'] / elapsed / 1e6:,.1f} MB/s fetched over {elapsed:.1f} s"
+    )
     p50, p99 = fetch["p50_latency_s"], fetch["p99_latency_s"]
     if p50 is not None:
-        print(f"fetch        {fetch['requests']:,} requests, latency p50 {p50 * 1000:.1f} ms, "
-              f"p99 {p99 * 1000:.1f} ms, {fetch['retries']} retries")  # fmt: skip
+        print(
+            f"fetch        {fetch['requests']:,} requests, latency p50 {p50 * 1000:.1f} ms, "
+            f"p99 {p99 * 1000:.1f} ms, {fetch['retries']} retries"
+        )
     busiest = max(stats["stages"].items(), key=lambda kv: _share(kv[1]), default=None)
     if busiest is not None:
         name, st = busiest
-        print(f"busiest      {name}: busy {_share(st):.0%} of its time "
-              f"(the stage to speed up first)")  # fmt: skip
+        print(
+            f"busiest      {name}: busy {_share(st):.0%} of its time (the stage to speed up first)"
+        )
     return 0
 
 

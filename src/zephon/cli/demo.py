@@ -42,8 +42,9 @@ def _parquet_shard(rng: random.Random, rows: int, first_id: int) -> bytes:
         f"def f{first_id + r}(x):\n    return x * {rng.randrange(100)}\n" * rng.randrange(1, 20)
         for r in range(rows)
     ]
-    table = pa.table({"id": list(range(first_id, first_id + rows)), "text": code,
-                      "language": ["python"] * rows})  # fmt: skip
+    table = pa.table(
+        {"id": list(range(first_id, first_id + rows)), "text": code, "language": ["python"] * rows}
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf, row_group_size=1024)
     return buf.getvalue()
@@ -52,8 +53,12 @@ def _parquet_shard(rng: random.Random, rows: int, first_id: int) -> bytes:
 def features(sample: dict[str, Any]) -> dict[str, Any]:
     """The demo's CPU step (runs in the worker pool): simple text statistics."""
     text = sample["text"]
-    return {"id": sample["id"], "chars": len(text), "words": text.count(" ") + 1,
-            "lines": text.count("\n") + 1}  # fmt: skip
+    return {
+        "id": sample["id"],
+        "chars": len(text),
+        "words": text.count(" ") + 1,
+        "lines": text.count("\n") + 1,
+    }
 
 
 def run_demo(*, shards: int, shard_mib: int, concurrency: int) -> int:
@@ -106,6 +111,8 @@ def run_demo(*, shards: int, shard_mib: int, concurrency: int) -> int:
         f"consumer stalled {st['consumer_stall_s']:.2f}s"
     )
     for name, stage in st["stages"].items():
-        print(f"  {name:<16} in {stage['items_in']:>7} out {stage['items_out']:>7} "
-              f"busy {stage['busy_s']:6.2f}s waiting {stage['waiting_s']:6.2f}s")  # fmt: skip
+        print(
+            f"  {name:<16} in {stage['items_in']:>7} out {stage['items_out']:>7} "
+            f"busy {stage['busy_s']:6.2f}s waiting {stage['waiting_s']:6.2f}s"
+        )
     return 0

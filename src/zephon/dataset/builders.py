@@ -25,9 +25,11 @@ _SCAN_WINDOW = 2  # chunks in flight per scanned shard: ~16 MiB ahead, enough to
 
 
 async def scan_object(
-    storage: ManagedStorage, info: ObjectInfo, feed: Callable[[bytes], None],
+    storage: ManagedStorage,
+    info: ObjectInfo,
+    feed: Callable[[bytes], None],
     keep: ScanKeep | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Read ``info`` start to end in chunks, several in flight, feeding them in order (and
     handing them to ``keep``, for the first epoch to read from memory)."""
     starts = iter(range(0, info.size_bytes, SCAN_CHUNK_BYTES))

@@ -173,8 +173,9 @@ class Dataset:
                 raise ConfigError("a Lance dataset is one path (the .lance directory)")
             found = await discover_lance(name, path, dict(storage_options or {}), columns)
             return cls(name, found, storage_options, columns, disk)
-        async with open_storage(first, dict(storage_options or {}), limits=limits,
-                                cache=disk) as storage:  # fmt: skip
+        async with open_storage(
+            first, dict(storage_options or {}), limits=limits, cache=disk
+        ) as storage:
             found = await discover(
                 name,
                 path,
@@ -311,8 +312,13 @@ class Dataset:
         cache: DiskCache | None = None,
     ) -> ManagedStorage:
         """A storage client for this dataset's shards (the caller closes it)."""
-        return open_storage(self.root, dict(self._storage_options), limits=limits, retry=retry,
-                            cache=cache or self.cache)  # fmt: skip
+        return open_storage(
+            self.root,
+            dict(self._storage_options),
+            limits=limits,
+            retry=retry,
+            cache=cache or self.cache,
+        )
 
     def ranges(self, shard: int, samples: Sequence[int]) -> list[tuple[int, int]]:
         """The coalesced byte ranges that hold ``samples`` of shard ``shard``."""

@@ -178,8 +178,9 @@ async def _stat_members(
     except NotFound as exc:
         raise FormatError(
             f"the index names shard {_basename(exc.uri)!r}, which is not there",
-            dataset=ctx.name, uri=index_uri,
-        ) from exc  # fmt: skip
+            dataset=ctx.name,
+            uri=index_uri,
+        ) from exc
     found = {**listed, **{i.uri: i for i in stats}}
     return [found[u] for u in uris]
 

@@ -69,8 +69,9 @@ def _open(uri: str, options: dict[str, Any], version: int | None, name: str) -> 
         text = str(exc)
         if "not found" in text.lower() or "does not exist" in text.lower():
             raise NotFound(f"no Lance dataset ({text[:200]})", uri=uri) from None
-        raise FormatError(f"cannot open the Lance dataset: {text[:300]}", dataset=name,
-                          uri=uri) from None  # fmt: skip
+        raise FormatError(
+            f"cannot open the Lance dataset: {text[:300]}", dataset=name, uri=uri
+        ) from None
 
 
 async def discover_lance(
@@ -88,27 +89,26 @@ async def discover_lance(
             fields = list(ds.schema.names)
             frags = []
             for fragment in ds.get_fragments():
-                size = sum(int(getattr(f, "file_size_bytes", None) or 0)
-                           for f in fragment.data_files())  # fmt: skip
+                size = sum(
+                    int(getattr(f, "file_size_bytes", None) or 0) for f in fragment.data_files()
+                )
                 frags.append((fragment.fragment_id, fragment.count_rows(), size))
             return int(ds.version), frags, fields
         except BaseException as exc:
             if not native_reader_failure(exc):
                 raise
-            raise FormatError(f"cannot read the Lance manifest: {str(exc)[:300]}",
-                              dataset=name, uri=uri) from None  # fmt: skip
+            raise FormatError(
+                f"cannot read the Lance manifest: {str(exc)[:300]}", dataset=name, uri=uri
+            ) from None
 
     version, frags, fields = await asyncio.to_thread(read_manifest)
     if columns is not None:
         missing = [c for c in columns if c not in fields]
         if missing:
-            raise ConfigError(f"dataset {name!r}: no columns {missing} in {uri} "
-                              f"(it has {fields})")  # fmt: skip
+            raise ConfigError(f"dataset {name!r}: no columns {missing} in {uri} (it has {fields})")
     root = uri + "/"
-    shards = [ShardInfo(f"{root}#fragment={fid}", n, size, str(version))
-              for fid, n, size in frags]  # fmt: skip
-    indexes: list[Any] = [FragmentIndex(n, size / n if n and size else 1.0)
-                          for _, n, size in frags]  # fmt: skip
+    shards = [ShardInfo(f"{root}#fragment={fid}", n, size, str(version)) for fid, n, size in frags]
+    indexes: list[Any] = [FragmentIndex(n, size / n if n and size else 1.0) for _, n, size in frags]
     codec = LanceCodec(name, uri, options, version, list(columns) if columns else None)
     stats = DiscoveryStats()
     stats.seconds = time.perf_counter() - started
@@ -121,8 +121,14 @@ class LanceCodec:
     format = "lance"
     reads_itself = True  # no bytes come through Zephon's fetch: decode does the reading
 
-    def __init__(self, dataset: str, uri: str, options: dict[str, Any], version: int,
-                 columns: list[str] | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dataset: str,
+        uri: str,
+        options: dict[str, Any],
+        version: int,
+        columns: list[str] | None,
+    ) -> None:
         self.dataset = dataset
         self.uri = uri
         self.options = dict(options)
@@ -154,7 +160,8 @@ class LanceCodec:
         except BaseException as exc:
             if not native_reader_failure(exc):
                 raise
-            raise FormatError(f"cannot read Lance rows ({exc})", dataset=self.dataset,
-                              uri=shard.uri) from None  # fmt: skip
+            raise FormatError(
+                f"cannot read Lance rows ({exc})", dataset=self.dataset, uri=shard.uri
+            ) from None
         rows: list[dict[str, Any]] = table.to_pylist()
         return [rows[i] for i in where.tolist()]

@@ -49,9 +49,13 @@ class Located:
 
 
 async def locate(
-    storage: ManagedStorage, path: str | Sequence[str], index_uri: str | None,
-    format: str | None, name: str, cache: IndexCache | None = None,
-) -> Located:  # fmt: skip
+    storage: ManagedStorage,
+    path: str | Sequence[str],
+    index_uri: str | None,
+    format: str | None,
+    name: str,
+    cache: IndexCache | None = None,
+) -> Located:
     """The dataset's objects: from its persistent index when a prefix has one (or ``index_uri``
     names one), else from a listing, a glob or the named objects."""
     if isinstance(path, str) and not _is_glob(path):
@@ -69,8 +73,9 @@ async def locate(
                 await _cancel(listing)
                 if cache is not None:
                     cache.note_index(root, True)
-                objects = [ObjectInfo(root + e.path, e.size_bytes, e.version)
-                           for e in found.entries]  # fmt: skip
+                objects = [
+                    ObjectInfo(root + e.path, e.size_bytes, e.version) for e in found.entries
+                ]
                 return Located(objects, root, False, found, index_uri or root)
             if cache is not None and index_uri is None and found is None:
                 cache.note_index(root, False)

@@ -47,8 +47,17 @@ def basename(uri: str) -> str:
 
 # Files that sit beside shards in real layouts and are never samples: index and metadata
 # files of other tools, Spark/Hadoop markers and checksums.
-_SIDECARS = frozenset({"index.json", "dataset_info.json", "dataset_dict.json", "state.json",
-                       "metadata.json", "stats.json", "_SUCCESS"})  # fmt: skip
+_SIDECARS = frozenset(
+    {
+        "index.json",
+        "dataset_info.json",
+        "dataset_dict.json",
+        "state.json",
+        "metadata.json",
+        "stats.json",
+        "_SUCCESS",
+    }
+)
 
 
 def not_a_shard(uri: str, root: str) -> bool:

@@ -42,10 +42,21 @@ def _vortex() -> Any:
 class _StorageReader:
     """``read_at``/``size`` for Vortex, served by ``storage`` on ``loop`` (another thread's)."""
 
-    def __init__(self, storage: ManagedStorage, loop: asyncio.AbstractEventLoop, uri: str,
-                 size: int, version: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        storage: ManagedStorage,
+        loop: asyncio.AbstractEventLoop,
+        uri: str,
+        size: int,
+        version: str,
+    ) -> None:
         self.storage, self.loop, self.uri, self.version, self._size = (
-            storage, loop, uri, version, size)  # fmt: skip
+            storage,
+            loop,
+            uri,
+            version,
+            size,
+        )
 
     def size(self) -> int:
         return self._size
@@ -63,8 +74,9 @@ def _open(reader: _StorageReader, dataset: str) -> Any:
     except BaseException as exc:
         if not native_reader_failure(exc):
             raise
-        raise FormatError(f"not a readable Vortex file ({str(exc)[:300]})", dataset=dataset,
-                          uri=reader.uri) from None  # fmt: skip
+        raise FormatError(
+            f"not a readable Vortex file ({str(exc)[:300]})", dataset=dataset, uri=reader.uri
+        ) from None
 
 
 async def vortex_index(
@@ -83,8 +95,9 @@ async def vortex_index(
     rows, names = await asyncio.to_thread(footer)
     missing = [c for c in columns or () if names and c not in names]
     if missing:
-        raise ConfigError(f"dataset {dataset!r}: no columns {missing} in {info.uri} "
-                          f"(it has {names})")  # fmt: skip
+        raise ConfigError(
+            f"dataset {dataset!r}: no columns {missing} in {info.uri} (it has {names})"
+        )
     return FragmentIndex(rows, info.size_bytes / rows if rows else 1.0)
 
 
@@ -134,8 +147,9 @@ class VortexCodec:
         with self._lock:
             if self._loop is None:  # storage lives on a loop of this codec's own thread
                 self._loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=self._loop.run_forever, name="zephon-vortex",
-                                          daemon=True)  # fmt: skip
+                thread = threading.Thread(
+                    target=self._loop.run_forever, name="zephon-vortex", daemon=True
+                )
                 thread.start()
                 self._storage = open_storage(self.root, dict(self.options))
                 # closed with the codec, or at exit: no session, loop or thread outlives it
@@ -143,8 +157,9 @@ class VortexCodec:
             key = (shard.uri, shard.version)
             if key not in self._files:
                 assert self._storage is not None
-                reader = _StorageReader(self._storage, self._loop, shard.uri, shard.size_bytes,
-                                        shard.version)  # fmt: skip
+                reader = _StorageReader(
+                    self._storage, self._loop, shard.uri, shard.size_bytes, shard.version
+                )
                 self._files[key] = (_open(reader, self.dataset), reader)
             return self._files[key][0]
 
@@ -163,9 +178,13 @@ class VortexCodec:
         except BaseException as exc:
             if not native_reader_failure(exc):
                 raise
-            raise FormatError(f"cannot read Vortex rows ({str(exc)[:300]})",
-                              dataset=self.dataset, uri=shard.uri) from None  # fmt: skip
+            raise FormatError(
+                f"cannot read Vortex rows ({str(exc)[:300]})", dataset=self.dataset, uri=shard.uri
+            ) from None
         if len(rows) != len(wanted):
-            raise FormatError(f"asked for {len(wanted)} rows, Vortex returned {len(rows)}",
-                              dataset=self.dataset, uri=shard.uri)  # fmt: skip
+            raise FormatError(
+                f"asked for {len(wanted)} rows, Vortex returned {len(rows)}",
+                dataset=self.dataset,
+                uri=shard.uri,
+            )
         return [rows[i] for i in where.tolist()]

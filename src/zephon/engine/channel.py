@@ -30,9 +30,12 @@ class Channel(Generic[T]):
     """
 
     def __init__(
-        self, capacity: int, max_bytes: int = 0, weigh: Callable[[T], int] | None = None,
+        self,
+        capacity: int,
+        max_bytes: int = 0,
+        weigh: Callable[[T], int] | None = None,
         on_take: Callable[[T], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if max_bytes and weigh is None:
@@ -59,8 +62,9 @@ class Channel(Generic[T]):
 
     def _full(self) -> bool:
         n = len(self._items)
-        return n >= self.capacity or (n > 0 and self._weigh is not None
-                                      and self._bytes >= self.max_bytes)  # fmt: skip
+        return n >= self.capacity or (
+            n > 0 and self._weigh is not None and self._bytes >= self.max_bytes
+        )
 
     async def send(self, item: T) -> None:
         while self._full() and not self._closed:

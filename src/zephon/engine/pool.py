@@ -137,9 +137,11 @@ def _start_hint(answered: bool) -> str:
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if answered or not path or not _runs_unguarded(path):
         return ""
-    return ("; a worker failed while starting: if your script builds and runs the pipeline "
-            "at its top level, put that code under `if __name__ == \"__main__\":` (worker "
-            "processes import the script when they start)")  # fmt: skip
+    return (
+        "; a worker failed while starting: if your script builds and runs the pipeline "
+        'at its top level, put that code under `if __name__ == "__main__":` (worker '
+        "processes import the script when they start)"
+    )
 
 
 def _refuse_unguarded() -> None:
@@ -178,10 +180,11 @@ def _runs_unguarded(path: str) -> bool:
         return False
     guards = ('__name__ == "__main__"', '"__main__" == __name__')
     return not any(
-        isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') in guards
+        isinstance(node, ast.If)
+        and ast.unparse(node.test).replace("'", '"') in guards
         and node.lineno <= line <= (node.end_lineno or node.lineno)
         for node in tree.body
-    )  # fmt: skip
+    )
 
 
 class WorkerPool:

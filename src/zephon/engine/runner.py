@@ -40,8 +40,9 @@ def _name_stage(exc: BaseException, name: str) -> None:
         exc.add_note(f"zephon: in stage {name!r}")
 
 
-def spawn(tg: asyncio.TaskGroup, coro: Coroutine[Any, Any, A], *inner: Coroutine[Any, Any, Any]
-          ) -> asyncio.Task[A]:  # fmt: skip
+def spawn(
+    tg: asyncio.TaskGroup, coro: Coroutine[Any, Any, A], *inner: Coroutine[Any, Any, Any]
+) -> asyncio.Task[A]:
     """``tg.create_task(coro)``. A group already shutting down (the run is ending: a stop, or
     a failure elsewhere, which cancels every task of the group, the caller included) starts
     nothing: ``coro`` and the coroutines it wraps (``inner``) are closed unstarted and the
@@ -56,8 +57,9 @@ def spawn(tg: asyncio.TaskGroup, coro: Coroutine[Any, Any, A], *inner: Coroutine
         raise asyncio.CancelledError from None
 
 
-def start_stage(tg: asyncio.TaskGroup, name: str, stats: StageStats,
-                body: Coroutine[Any, Any, None]) -> None:  # fmt: skip
+def start_stage(
+    tg: asyncio.TaskGroup, name: str, stats: StageStats, body: Coroutine[Any, Any, None]
+) -> None:
     """Run ``body`` as the stage ``name`` in ``tg`` (see :func:`stage` and :func:`spawn`).
     A stage task cancelled before its first step (the run stopped or failed just after it
     was started) never reaches ``await body``: the body is closed when the task is done,

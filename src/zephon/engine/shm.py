@@ -93,9 +93,15 @@ class Packed:
 
     __slots__ = ("data", "inline", "kept", "name", "owned", "spans")
 
-    def __init__(self, data: bytes, name: str | None, spans: list[tuple[int, int]],
-                 inline: list[bytearray], kept: bool = False,
-                 owned: list[bool] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        data: bytes,
+        name: str | None,
+        spans: list[tuple[int, int]],
+        inline: list[bytearray],
+        kept: bool = False,
+        owned: list[bool] | None = None,
+    ) -> None:
         self.data, self.name, self.spans, self.inline = data, name, spans, inline
         self.kept, self.owned = kept, owned or []
 
@@ -214,8 +220,10 @@ def unpack_args(packed: Packed) -> tuple[Any, ...]:
     mapped = _seen_map(packed.name) if packed.kept else _map(packed.name)
     view = memoryview(mapped)
     owned = packed.owned or [False] * len(packed.spans)
-    buffers = [bytearray(view[o : o + n]) if own else view[o : o + n]
-               for (o, n), own in zip(packed.spans, owned, strict=True)]  # fmt: skip
+    buffers = [
+        bytearray(view[o : o + n]) if own else view[o : o + n]
+        for (o, n), own in zip(packed.spans, owned, strict=True)
+    ]
     args = pickle.loads(packed.data, buffers=buffers)
     view.release()
     if not packed.kept:

@@ -186,8 +186,12 @@ class WholeIndex:
         return [(0, self.size_bytes)]
 
     def to_bytes(self) -> bytes:
-        meta = {"count": self.count, "size_bytes": self.size_bytes, "raw_bytes": self.raw_bytes,
-                "codec": self.codec}  # fmt: skip
+        meta = {
+            "count": self.count,
+            "size_bytes": self.size_bytes,
+            "raw_bytes": self.raw_bytes,
+            "codec": self.codec,
+        }
         return _pack("whole", meta, {})
 
 
@@ -235,6 +239,10 @@ def index_from_bytes(
     if kind == "fragment":
         return FragmentIndex(int(str(meta["count"])), float(str(meta["row_bytes"])))
     if kind == "whole":
-        return WholeIndex(int(str(meta["count"])), int(str(meta["size_bytes"])),
-                          int(str(meta["raw_bytes"])), str(meta["codec"]))  # fmt: skip
+        return WholeIndex(
+            int(str(meta["count"])),
+            int(str(meta["size_bytes"])),
+            int(str(meta["raw_bytes"])),
+            str(meta["codec"]),
+        )
     raise ValueError(f"unknown shard index kind {kind!r}")

@@ -74,8 +74,9 @@ def _inflate_chunk(data: bytes, limit: int) -> bytes:
         body = b"".join(parts)
         if len(body) != rel[-1] or np.any(np.diff(rel) < 0):
             raise ValueError("the frames do not match the chunk's item offsets")
-        return _classic([body[a:b] for a, b in zip(rel[:-1].tolist(), rel[1:].tolist(),
-                                                       strict=True)])  # fmt: skip
+        return _classic(
+            [body[a:b] for a, b in zip(rel[:-1].tolist(), rel[1:].tolist(), strict=True)]
+        )
     (n,) = struct.unpack_from("<I", data, 0)
     offsets = np.frombuffer(data, np.uint32, n + 1, 4).astype(np.int64).tolist()
     if offsets[-1] > len(data) or any(b < a for a, b in itertools.pairwise(offsets)):
@@ -131,8 +132,10 @@ def parse_litdata_index(data: bytes) -> tuple[list[tuple[str, int, int]], dict[s
         raise ValueError(f"not a LitData index.json ({type(exc).__name__}: {exc})") from None
     compression = config.get("compression")
     if compression and str(compression).split(":", 1)[0] not in LITDATA_CODECS:
-        raise ValueError(f"LitData compression {compression!r} is not supported "
-                         f"(known: {sorted(LITDATA_CODECS)})")  # fmt: skip
+        raise ValueError(
+            f"LitData compression {compression!r} is not supported "
+            f"(known: {sorted(LITDATA_CODECS)})"
+        )
 
     if config.get("encryption"):
         raise ValueError("encrypted LitData chunks are not supported")
@@ -287,12 +290,16 @@ class LitDataCodec:
         self._inflated.disk = cache
 
     def decode(
-        self, shard: ShardInfo, index: RecordIndex | WholeIndex, blob: Blob,
+        self,
+        shard: ShardInfo,
+        index: RecordIndex | WholeIndex,
+        blob: Blob,
         samples: Sequence[int],
-    ) -> list[Any]:  # fmt: skip
+    ) -> list[Any]:
         if isinstance(index, WholeIndex):
-            index, blob = inflate_records(shard, index, blob, self._inflated, LITDATA_CODECS,
-                                          self.dataset, raw_declared=False)  # fmt: skip
+            index, blob = inflate_records(
+                shard, index, blob, self._inflated, LITDATA_CODECS, self.dataset, raw_declared=False
+            )
         out = []
         n = len(self._decoders)
         for i in samples:

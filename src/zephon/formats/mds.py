@@ -60,8 +60,9 @@ class MdsShardSpec:
         if self.compression is not None:  # the shard as written is its zip_data
             name = self.compression.split(":", 1)[0]
             if name not in MDS_CODECS:
-                raise ValueError(f"unknown MDS compression {self.compression!r} "
-                                 f"(known: {sorted(MDS_CODECS)})")  # fmt: skip
+                raise ValueError(
+                    f"unknown MDS compression {self.compression!r} (known: {sorted(MDS_CODECS)})"
+                )
             self.basename: str = entry["zip_data"]["basename"]
         else:
             self.basename = entry["raw_data"]["basename"]
@@ -199,12 +200,16 @@ class MdsCodec:
         self._inflated.disk = cache
 
     def decode(
-        self, shard: ShardInfo, index: RecordIndex | WholeIndex, blob: Blob,
+        self,
+        shard: ShardInfo,
+        index: RecordIndex | WholeIndex,
+        blob: Blob,
         samples: Sequence[int],
-    ) -> list[dict[str, Any]]:  # fmt: skip
+    ) -> list[dict[str, Any]]:
         if isinstance(index, WholeIndex):
-            index, blob = inflate_records(shard, index, blob, self._inflated, MDS_CODECS,
-                                          self.dataset, raw_declared=True)  # fmt: skip
+            index, blob = inflate_records(
+                shard, index, blob, self._inflated, MDS_CODECS, self.dataset, raw_declared=True
+            )
         names, encodings, sizes = self.columns[shard.uri]
         decoders = self._decoders_for(encodings)
         out = []

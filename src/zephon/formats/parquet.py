@@ -304,8 +304,10 @@ class ParquetCodec:
             # Values that decode but do not convert (a damaged string's bytes, say).
             raise FormatError(
                 f"cannot convert rows ({type(exc).__name__}: {exc})",
-                dataset=self.dataset, uri=shard.uri, sample=low,
-            ) from None  # fmt: skip
+                dataset=self.dataset,
+                uri=shard.uri,
+                sample=low,
+            ) from None
 
 
 def _rows(table: Any, row_starts: np.ndarray, wanted: np.ndarray, low: int, high: int) -> list[Any]:

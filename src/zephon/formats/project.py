@@ -36,6 +36,8 @@ class ProjectedCodec:
                 if missing:
                     raise FormatError(
                         f"sample lacks columns {missing} (has {sorted(row)})",
-                        dataset=self.dataset, uri=shard.uri, sample=int(i),
-                    ) from None  # fmt: skip
+                        dataset=self.dataset,
+                        uri=shard.uri,
+                        sample=int(i),
+                    ) from None
             raise

@@ -61,9 +61,14 @@ def parse_offsets_header(data: bytes, num_samples: int, shard_size: int) -> Reco
 
 
 def inflate_records(
-    shard: ShardInfo, index: WholeIndex, blob: Blob, inflated: Inflated,
-    codecs: dict[str, Callable[[bytes, int], bytes]], dataset: str, raw_declared: bool,
-) -> tuple[RecordIndex, Blob]:  # fmt: skip
+    shard: ShardInfo,
+    index: WholeIndex,
+    blob: Blob,
+    inflated: Inflated,
+    codecs: dict[str, Callable[[bytes, int], bytes]],
+    dataset: str,
+    raw_declared: bool,
+) -> tuple[RecordIndex, Blob]:
     """A compressed record shard as an uncompressed one: its offsets and its bytes,
     decompressed once per shard (``inflated`` keeps the last few), to at most the size the
     index declares (``raw_declared``: MDS's ``raw_data``; LitData's ``chunk_bytes`` is the

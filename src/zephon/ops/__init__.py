@@ -11,7 +11,8 @@ pipeline package runs them (:mod:`zephon.pipeline.steps`).
 | ``decode`` | decode: fetched bytes become samples |
 | ``fetch`` | fetch: a lane's range requests become bytes, many in flight |
 | ``group`` | batch(per_dataset=True): every batch from one dataset, per lane |
-| ``image`` | Image steps: decode, resize, crop, flip and channel order, one sample at a time |
+| ``image`` | image steps: resize, crop, flip and channel order of decoded images |
+| ``imagedecode`` | image decoding: encoded bytes to uint8 arrays, bounded by the header |
 | ``imagelimits`` | bounds on what an image's header may declare, checked before decoding |
 | ``itemops`` | Item operators: map, filter and tokenize |
 | ``jpeg`` | JPEG through Zephon's own binding of libjpeg-turbo (``zephon._jpeg``) |

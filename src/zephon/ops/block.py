@@ -19,9 +19,15 @@ from zephon.ops.marks import Mark, Position, lane_of, with_state
 from zephon.refs import Cursor
 
 __all__ = [
-    "Block", "ChunkRows", "Interleaved", "Provenance", "SampleRef", "WindowRows", "dataset_of",
+    "Block",
+    "ChunkRows",
+    "Interleaved",
+    "Provenance",
+    "SampleRef",
+    "WindowRows",
+    "dataset_of",
     "ref_at",
-]  # fmt: skip
+]
 
 # (dataset, shard, sample, pass): where an item came from, and in which pass of its dataset
 SampleRef = tuple[int, int, int, int]
@@ -61,8 +67,15 @@ class ChunkRows:
 
     def slice(self, at: int, end: int) -> ChunkRows:
         passes = None if self.passes is None else self.passes[at:end]
-        return ChunkRows(self.lane, self.cursor, self.dataset[at:end], self.shard[at:end],
-                         self.sample[at:end], self.delivered[at:end], passes)  # fmt: skip
+        return ChunkRows(
+            self.lane,
+            self.cursor,
+            self.dataset[at:end],
+            self.shard[at:end],
+            self.sample[at:end],
+            self.delivered[at:end],
+            passes,
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -95,8 +108,7 @@ class WindowRows:
         return [self.mark(i) for i in range(len(self.refs_list))]
 
     def slice(self, at: int, end: int) -> WindowRows:
-        return WindowRows(self.before, self.hw, self.part, self.first + at,
-                          self.refs_list[at:end])  # fmt: skip
+        return WindowRows(self.before, self.hw, self.part, self.first + at, self.refs_list[at:end])
 
 
 class Interleaved:
@@ -261,8 +273,15 @@ class Block:
 
     def with_extra(self, **extra: Any) -> Block:
         """The same block with ``extra`` entries added (the original is left as it is)."""
-        return Block(self.lane, self.items, self._refs, self._marks, self.nbytes,
-                     {**self.extra, **extra}, rows=self._rows)  # fmt: skip
+        return Block(
+            self.lane,
+            self.items,
+            self._refs,
+            self._marks,
+            self.nbytes,
+            {**self.extra, **extra},
+            rows=self._rows,
+        )
 
     def split(self, count: int) -> list[Block]:
         """The block cut into up to ``count`` consecutive blocks of about equal length:
@@ -282,13 +301,17 @@ class Block:
         n = len(self.items)
         nbytes = self.nbytes * end // n - self.nbytes * at // n
         extra = self.extra if end == n else {}
-        rows = (self._rows if isinstance(self._rows, ChunkRows | WindowRows) and self._refs is None
-                else None)  # fmt: skip
+        rows = (
+            self._rows
+            if isinstance(self._rows, ChunkRows | WindowRows) and self._refs is None
+            else None
+        )
         if rows is not None:
             part = rows.slice(at, end)
             return Block(self.lane, self.items[at:end], nbytes=nbytes, extra=extra, rows=part)
-        return Block(self.lane, self.items[at:end], self.refs[at:end], self.marks[at:end],
-                     nbytes, extra)  # fmt: skip
+        return Block(
+            self.lane, self.items[at:end], self.refs[at:end], self.marks[at:end], nbytes, extra
+        )
 
     def kept(self, keep: list[bool], items: list[Any]) -> Block:
         """The block with only the items ``keep`` marks, ``items`` their new values (a map
@@ -304,5 +327,6 @@ class Block:
 
     def with_items(self, items: list[Any]) -> Block:
         """The same provenance for new items, one for one (a map)."""
-        return Block(self.lane, items, self._refs, self._marks, self.nbytes, self.extra,
-                     rows=self._rows)  # fmt: skip
+        return Block(
+            self.lane, items, self._refs, self._marks, self.nbytes, self.extra, rows=self._rows
+        )

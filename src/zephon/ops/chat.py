@@ -97,10 +97,10 @@ def _compile(source: str, markers: tuple[str, str]) -> Any:
     def raise_exception(message: str) -> None:
         raise FormatError(f"chat template: {message}")
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[Generation])  # fmt: skip
-    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False,
-                                                              indent=indent)  # fmt: skip
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation]
+    )
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)
@@ -123,9 +123,13 @@ class ChatTokenize:
     releases_gil = False  # rendering is Python: in process it runs on the loop
 
     def __init__(
-        self, tokenizer: Any, field: str = "messages", chat_template: str | None = None,
-        max_length: int | None = None, loss_on: LossOn = "assistant",
-    ) -> None:  # fmt: skip
+        self,
+        tokenizer: Any,
+        field: str = "messages",
+        chat_template: str | None = None,
+        max_length: int | None = None,
+        loss_on: LossOn = "assistant",
+    ) -> None:
         self.encoder = Tokenize(tokenizer, bos=False, eos=False)
         if self.encoder.kind not in ("tokenizers", "transformers"):
             raise ConfigError(
@@ -139,8 +143,10 @@ class ChatTokenize:
         self.source = _template_source(self.encoder.tokenizer, chat_template)
         self.field, self.max_length, self.loss_on = field, max_length, loss_on
         self.spans = "generation" in self.source and "endgeneration" in self.source
-        self.specials = {"bos_token": self._special_text(_BOS_NAMES, "bos"),
-                         "eos_token": self._special_text(_EOS_NAMES, "eos")}  # fmt: skip
+        self.specials = {
+            "bos_token": self._special_text(_BOS_NAMES, "bos"),
+            "eos_token": self._special_text(_EOS_NAMES, "eos"),
+        }
         self._markers = _markers()
         self._template: Any = _compile(self.source, self._markers)  # fails early if broken
 
@@ -167,8 +173,9 @@ class ChatTokenize:
 
     def _render(self, sample: dict[str, Any], messages: list[Any], prompt: bool) -> str:
         tools = sample.get("tools")
-        out = self._template.render(messages=messages, tools=tools,
-                                    add_generation_prompt=prompt, **self.specials)  # fmt: skip
+        out = self._template.render(
+            messages=messages, tools=tools, add_generation_prompt=prompt, **self.specials
+        )
         return str(out)
 
     def render(self, sample: dict[str, Any]) -> tuple[str, list[tuple[int, int]]]:

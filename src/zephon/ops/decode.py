@@ -58,8 +58,10 @@ class DecodeJob:
     def __reduce__(self) -> tuple[Any, ...]:
         # Parts may be views of cached reads, which cannot cross processes: send bytes.
         parts = [(at, data if isinstance(data, bytes) else bytes(data)) for at, data in self.parts]
-        return (DecodeJob, (self.codec, self.shard, self.index, parts, self.samples, self.skip,
-                            self.cache))  # fmt: skip
+        return (
+            DecodeJob,
+            (self.codec, self.shard, self.index, parts, self.samples, self.skip, self.cache),
+        )
 
 
 def decode_job(job: DecodeJob) -> tuple[list[Any], list[tuple[int, str]]]:
@@ -113,9 +115,11 @@ class ChunkAssembler:
     """
 
     def __init__(
-        self, lane: int, emit: Callable[[list[Any], ChunkRows, bool, int], Any],
+        self,
+        lane: int,
+        emit: Callable[[list[Any], ChunkRows, bool, int], Any],
         max_bytes: int = 1 << 62,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.lane = lane
         self.max_bytes = max_bytes
         self._emit = emit
@@ -196,16 +200,23 @@ class ChunkAssembler:
             if cut == 0:
                 return
             rest_passes = None if passes is None else passes[cut:]
-            rest = (slots[cut:], items[cut:], dataset[cut:], shard[cut:], samples[cut:],
-                    rest_passes)  # fmt: skip
+            rest = (
+                slots[cut:],
+                items[cut:],
+                dataset[cut:],
+                shard[cut:],
+                samples[cut:],
+                rest_passes,
+            )
             self._parts = [rest] if len(rest[0]) else []
             self._held = self._held * len(rest[0]) // max(1, len(slots))
             nbytes -= self._held
             slots, samples, dataset, shard = slots[:cut], samples[:cut], dataset[:cut], shard[:cut]
             items = items[:cut]
             passes = None if passes is None else passes[:cut]
-        rows = ChunkRows(self.lane, cursor, dataset, shard, samples, slots + 1,
-                         passes_column(passes))  # fmt: skip
+        rows = ChunkRows(
+            self.lane, cursor, dataset, shard, samples, slots + 1, passes_column(passes)
+        )
         self._emit(items, rows, self._failed, nbytes)
 
 
@@ -232,8 +243,9 @@ def _in_slot_order(
     )
     passes = None
     if any(p[5] is not None for p in parts):
-        passes = np.concatenate([_column(0 if p[5] is None else p[5], n)
-                                 for p, n in zip(parts, lengths, strict=True)])  # fmt: skip
+        passes = np.concatenate(
+            [_column(0 if p[5] is None else p[5], n) for p, n in zip(parts, lengths, strict=True)]
+        )
     items = list(chain.from_iterable(p[1] for p in parts))
     if not bool((slots[1:] > slots[:-1]).all()):
         order = np.argsort(slots, kind="stable")

@@ -37,9 +37,13 @@ class _Open:
 
 
 async def per_dataset_batches(
-    blocks: AsyncIterator[Block], size: int, drop_last: bool, lane: int, depth: int,
+    blocks: AsyncIterator[Block],
+    size: int,
+    drop_last: bool,
+    lane: int,
+    depth: int,
     resume: tuple[Mark, Any] | None,
-) -> AsyncIterator[Block]:  # fmt: skip
+) -> AsyncIterator[Block]:
     """Batches of ``size`` items of one dataset each (see the module doc). Long because the
     skip on resume, the open batches and the marks share one pass over the items."""
     prev, state = resume if resume is not None else (start_mark(lane, depth), 0)

@@ -17,9 +17,11 @@ def check_pixels(width: int, height: int, max_pixels: int | None) -> None:
     allocates it (a damaged header, or a decompression bomb: a few KB declaring 30,000 x
     30,000 pixels would have libjpeg-turbo allocate 30,000 x 30,000 x 3 bytes, 2.7 GB)."""
     if max_pixels is not None and width * height > max_pixels:
-        raise FormatError(f"image of {width} x {height} = {width * height:,} pixels is over "
-                          f"max_pixels={max_pixels:,} (a damaged header or a decompression "
-                          "bomb; if the image is real, raise max_pixels)")  # fmt: skip
+        raise FormatError(
+            f"image of {width} x {height} = {width * height:,} pixels is over "
+            f"max_pixels={max_pixels:,} (a damaged header or a decompression "
+            "bomb; if the image is real, raise max_pixels)"
+        )
 
 
 # A progressive JPEG is decoded again for every scan: ~700 scans of 9,000 x 9,000 pixels (a

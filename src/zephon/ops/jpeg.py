@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from zephon.ops.image import DecodeImage, RandomResizedCrop
+    from zephon.ops.image import RandomResizedCrop
+    from zephon.ops.imagedecode import DecodeImage
 
 __all__ = ["DecodeCrop", "available", "decode_region", "draft_scale", "header"]
 
@@ -70,8 +71,11 @@ def draft_scale(height: int, width: int, max_size: int | None) -> int:
     while its other M/8 scales (7/8, 3/4...) run plain C and decode a 400 px image slower at
     7/8 than at full size (1,035 against 1,289 images/s, benchmarks/images.py)."""
     scale = 1
-    while (max_size and scale < 8
-           and min(-(-height // (2 * scale)), -(-width // (2 * scale))) >= max_size):  # fmt: skip
+    while (
+        max_size
+        and scale < 8
+        and min(-(-height // (2 * scale)), -(-width // (2 * scale))) >= max_size
+    ):
         scale *= 2
     return scale
 
@@ -81,7 +85,7 @@ def is_jpeg(value: Any) -> bool:
 
 
 class DecodeCrop:
-    """``decode`` (a :class:`~zephon.ops.image.DecodeImage`) then ``crop`` (a
+    """``decode`` (a :class:`~zephon.ops.imagedecode.DecodeImage`) then ``crop`` (a
     :class:`~zephon.ops.image.RandomResizedCrop` of the field it writes) in one call that
     decodes only the crop of a JPEG. Anything else (no binding, PNG, a sample without an
     identity to key the draw by, CMYK) runs the two steps as they are."""
@@ -93,7 +97,7 @@ class DecodeCrop:
         self.__name__ = f"{decode.__name__} -> {crop.__name__}"
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        from zephon.ops.image import jpeg_region
+        from zephon.ops.imagedecode import jpeg_region
 
         value = sample.get(self.decode.field)
         if isinstance(value, dict) and "bytes" in value:
@@ -101,8 +105,14 @@ class DecodeCrop:
         if not (_BINDING is not None and is_jpeg(value) and self.crop.keyed(sample)):
             return self.crop(self.decode(sample))
         d, data = self.decode, bytes(value)  # type: ignore[arg-type]  # is_jpeg: bytes-like
-        image = d.guarded(jpeg_region, data, d.mode, d.max_size, d.max_pixels,
-                          lambda h, w: self.crop.box(sample, h, w))  # fmt: skip
+        image = d.guarded(
+            jpeg_region,
+            data,
+            d.mode,
+            d.max_size,
+            d.max_pixels,
+            lambda h, w: self.crop.box(sample, h, w),
+        )
         if image is None:  # CMYK: the decoders that convert it
             return self.crop(d(sample))
         return {**sample, d.out: self.crop.resized(image)}

@@ -24,9 +24,21 @@ from typing import Any
 from zephon.refs import Cursor
 
 __all__ = [
-    "Mark", "Position", "Residue", "cursor_of", "delivered_of", "for_op", "high_water", "hw_of",
-    "lane_of", "new_mark", "op_states", "position_of", "start_mark", "with_state",
-]  # fmt: skip
+    "Mark",
+    "Position",
+    "Residue",
+    "cursor_of",
+    "delivered_of",
+    "for_op",
+    "high_water",
+    "hw_of",
+    "lane_of",
+    "new_mark",
+    "op_states",
+    "position_of",
+    "start_mark",
+    "with_state",
+]
 
 Position = tuple["Cursor | Residue | None", int]  # (chunk cursor, pointers of it delivered)
 Mark = tuple[int, "Cursor | Residue | None", int, tuple[Any, ...], Position | None]

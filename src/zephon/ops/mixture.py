@@ -39,8 +39,10 @@ def check_arguments(weight_by: str, buffer_size: int, on_surplus: str) -> None:
     """``Pipeline.ensure_mixture``'s arguments, checked when the step is added (callers
     without a type checker pass any string)."""
     if weight_by not in get_args(WeightBy) or on_surplus not in get_args(OnSurplus):
-        raise ConfigError("ensure_mixture: weight_by is 'samples' or 'tokens', on_surplus "
-                          f"'emit' or 'drop'; got {weight_by!r}, {on_surplus!r}")  # fmt: skip
+        raise ConfigError(
+            "ensure_mixture: weight_by is 'samples' or 'tokens', on_surplus "
+            f"'emit' or 'drop'; got {weight_by!r}, {on_surplus!r}"
+        )
     if buffer_size < 1:
         raise ConfigError(f"buffer_size must be >= 1, got {buffer_size}")
 
@@ -48,17 +50,25 @@ def check_arguments(weight_by: str, buffer_size: int, on_surplus: str) -> None:
 class _Queued:
     __slots__ = ("before", "counts", "fed", "item", "ref", "size")
 
-    def __init__(self, item: Any, ref: Any, size: float, before: Mark, counts: dict[int, int],
-                 fed: int) -> None:  # fmt: skip
+    def __init__(
+        self, item: Any, ref: Any, size: float, before: Mark, counts: dict[int, int], fed: int
+    ) -> None:
         self.item, self.ref, self.size, self.before = item, ref, size, before
         self.counts, self.fed = counts, fed
 
 
 async def ensure_mixture(
-    blocks: AsyncIterator[Block], weights: Sequence[float], weight_by: WeightBy, field: str,
-    buffer_size: int, on_surplus: OnSurplus, lane: int, depth: int,
-    resume: tuple[Mark, Any] | None, stats: StageStats,
-) -> AsyncIterator[Block]:  # fmt: skip
+    blocks: AsyncIterator[Block],
+    weights: Sequence[float],
+    weight_by: WeightBy,
+    field: str,
+    buffer_size: int,
+    on_surplus: OnSurplus,
+    lane: int,
+    depth: int,
+    resume: tuple[Mark, Any] | None,
+    stats: StageStats,
+) -> AsyncIterator[Block]:
     """See the module doc. Long because replay, queues, the owed rule and the marks share
     one pass over the items."""
     total_w = float(sum(weights))
@@ -104,8 +114,10 @@ async def ensure_mixture(
 
     def surplus() -> int:
         total = sum(emitted) or 1.0
-        return max((d for d, q in enumerate(queues) if q),
-                   key=lambda d: (emitted[d] / total - share[d], -d))  # fmt: skip
+        return max(
+            (d for d, q in enumerate(queues) if q),
+            key=lambda d: (emitted[d] / total - share[d], -d),
+        )
 
     def drain(flush: bool) -> None:
         """Every owed item, then the surplus past the buffer (``flush``: everything). Each
@@ -176,6 +188,14 @@ class EnsureMixture(StreamOperator):
 
     def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
         return ensure_mixture(
-            blocks, self.weights, self.weight_by, self.field, self.buffer_size,
-            self.on_surplus, lane.lane, lane.depth, lane.resume, lane.stats,
-        )  # fmt: skip
+            blocks,
+            self.weights,
+            self.weight_by,
+            self.field,
+            self.buffer_size,
+            self.on_surplus,
+            lane.lane,
+            lane.depth,
+            lane.resume,
+            lane.stats,
+        )

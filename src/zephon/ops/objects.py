@@ -52,8 +52,9 @@ class FetchField(StreamOperator):
         pending: deque[asyncio.Task[Block]] = deque()
         try:
             async for block in blocks:
-                read = fetch_block(self, block, lane.storages, lane.datasets, self.inflight,
-                                   lane.on_skip)  # fmt: skip
+                read = fetch_block(
+                    self, block, lane.storages, lane.datasets, self.inflight, lane.on_skip
+                )
                 pending.append(asyncio.ensure_future(read))
                 if len(pending) == 2:
                     yield await pending.popleft()
@@ -73,16 +74,22 @@ class FetchField(StreamOperator):
         base = self.prefix or root
         if "://" in value:
             if value.split("://", 1)[0] != base.split("://", 1)[0]:
-                raise FormatError(f"field {self.field!r} names {redact_uri(value)}, outside the "
-                                  f"dataset's store ({redact_uri(base)})")  # fmt: skip
+                raise FormatError(
+                    f"field {self.field!r} names {redact_uri(value)}, outside the "
+                    f"dataset's store ({redact_uri(base)})"
+                )
             return value
         return base.rstrip("/") + "/" + value.lstrip("/")
 
 
 async def fetch_block(
-    step: FetchField, block: Block, storages: Sequence[ManagedStorage], datasets: Sequence[Any],
-    limit: int, on_skip: Callable[[Any, str], None] | None,
-) -> Block:  # fmt: skip
+    step: FetchField,
+    block: Block,
+    storages: Sequence[ManagedStorage],
+    datasets: Sequence[Any],
+    limit: int,
+    on_skip: Callable[[Any, str], None] | None,
+) -> Block:
     """``block`` with each sample's object read into it (in order), weighing their bytes as
     well; samples whose object is missing are dropped and reported to ``on_skip`` when
     given, else raise."""
@@ -99,8 +106,9 @@ async def fetch_block(
                 try:
                     data = await storages[d].read_object(uri, step.guess)
                 except NotFound:
-                    raise FormatError(f"field {step.field!r} names {redact_uri(uri)}, which "
-                                      "does not exist") from None  # fmt: skip
+                    raise FormatError(
+                        f"field {step.field!r} names {redact_uri(uri)}, which does not exist"
+                    ) from None
         except FormatError as exc:
             where = f"dataset {ds.name!r}, shard {ds.shards[shard].uri}, sample {sample}"
             if on_skip is None:

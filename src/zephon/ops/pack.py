@@ -68,14 +68,18 @@ class Packing(StreamOperator):
             raise ConfigError("window and min_sequence_length must be >= 1")
         limit = self.max_sequences_per_bin
         if limit is not None and (limit < 1 or self.algorithm == "concat"):
-            raise ConfigError("max_sequences_per_bin must be >= 1, with a fit algorithm "
-                              "(concat splits documents at row boundaries)")  # fmt: skip
+            raise ConfigError(
+                "max_sequences_per_bin must be >= 1, with a fit algorithm "
+                "(concat splits documents at row boundaries)"
+            )
 
     def label(self) -> str:
-        return (f"pack({self.seq_len}, {self.algorithm}, pad_id={self.pad_id}, "
-                f"field={self.field!r}, window={self.window}, fields={self.fields}, "
-                f"min_sequence_length={self.min_sequence_length}, "
-                f"max_sequences_per_bin={self.max_sequences_per_bin})")  # fmt: skip
+        return (
+            f"pack({self.seq_len}, {self.algorithm}, pad_id={self.pad_id}, "
+            f"field={self.field!r}, window={self.window}, fields={self.fields}, "
+            f"min_sequence_length={self.min_sequence_length}, "
+            f"max_sequences_per_bin={self.max_sequences_per_bin})"
+        )
 
     def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
         return pack_blocks(blocks, self, lane.lane, lane.depth, lane.resume)
@@ -89,9 +93,15 @@ class Packing(StreamOperator):
             if missing:
                 raise ConfigError(f"pack: documents have no {missing} fields")
             return list(self.fields)
-        return [k for k, v in item.items() if k != self.field and k not in _OWN
-                and isinstance(v, np.ndarray | list) and np.ndim(v) == 1
-                and len(v) == n]  # fmt: skip
+        return [
+            k
+            for k, v in item.items()
+            if k != self.field
+            and k not in _OWN
+            and isinstance(v, np.ndarray | list)
+            and np.ndim(v) == 1
+            and len(v) == n
+        ]
 
 
 def _ids(item: Any, field: str) -> np.ndarray:
@@ -115,8 +125,10 @@ def _docs(items: list[Any], spec: Packing) -> tuple[list[np.ndarray], dict[str, 
         for name in names:
             value = np.asarray(item.get(name) if isinstance(item, dict) else None)
             if value.ndim != 1 or len(value) != len(ids):
-                raise ConfigError(f"pack: field {name!r} of a document is not one value per "
-                                  f"token ({len(ids)} ids)")  # fmt: skip
+                raise ConfigError(
+                    f"pack: field {name!r} of a document is not one value per "
+                    f"token ({len(ids)} ids)"
+                )
             fields[name].append(value)
         if len(ids) < spec.min_sequence_length:
             docs[i] = ids[:0]
@@ -126,14 +138,18 @@ def _docs(items: list[Any], spec: Packing) -> tuple[list[np.ndarray], dict[str, 
 
 
 def _row(
-    pieces: list[tuple[int, int, int]], docs: list[np.ndarray], fields: dict[str, list[Any]],
+    pieces: list[tuple[int, int, int]],
+    docs: list[np.ndarray],
+    fields: dict[str, list[Any]],
     spec: Packing,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """A row of ``pieces`` (document, start, stop), padded to ``seq_len``."""
     seq_len = spec.seq_len
-    row = {"input_ids": np.full(seq_len, spec.pad_id, dtype=np.int32),
-           "positions": np.zeros(seq_len, dtype=np.int32),
-           "segment_ids": np.zeros(seq_len, dtype=np.int32)}  # fmt: skip
+    row = {
+        "input_ids": np.full(seq_len, spec.pad_id, dtype=np.int32),
+        "positions": np.zeros(seq_len, dtype=np.int32),
+        "segment_ids": np.zeros(seq_len, dtype=np.int32),
+    }
     for name, values in fields.items():
         row[name] = np.zeros(seq_len, dtype=values[0].dtype if values else np.int32)
     at = 0
@@ -155,9 +171,12 @@ def _cut(flat: dict[str, np.ndarray], full: int, seq_len: int) -> list[dict[str,
 
 
 async def _concat(
-    blocks: AsyncIterator[Block], spec: Packing, lane: int, depth: int,
+    blocks: AsyncIterator[Block],
+    spec: Packing,
+    lane: int,
+    depth: int,
     resume: tuple[Mark, int] | None,
-) -> AsyncIterator[Block]:  # fmt: skip
+) -> AsyncIterator[Block]:
     """Vectorised per block: the block's documents (after the previous block's unfinished
     row) are laid end to end in flat arrays and cut into rows with numpy. Long because the
     marks, positions and segments of the rows are computed from the same flat arrays in one
@@ -172,8 +191,10 @@ async def _concat(
             continue
         docs, fields = _docs(block.items, spec)
         if carry and set(carry) != {"input_ids", "positions", *fields}:
-            raise ConfigError("pack: documents carry different per-token fields "
-                              f"({sorted(carry)} before, {sorted(fields)} now)")  # fmt: skip
+            raise ConfigError(
+                "pack: documents carry different per-token fields "
+                f"({sorted(carry)} before, {sorted(fields)} now)"
+            )
         if offset:  # restored mid-document: its first tokens are in rows already delivered
             docs[0] = docs[0][offset:]
             fields = {k: [v[0][offset:], *v[1:]] for k, v in fields.items()}
@@ -185,8 +206,10 @@ async def _concat(
             pos[: lengths[0]] += offset
             offset = 0
         parts = {"input_ids": docs, "positions": [pos], **fields}
-        flat = {k: np.concatenate([carry[k], *v]) if k in carry else np.concatenate(v)
-                for k, v in parts.items()}  # fmt: skip
+        flat = {
+            k: np.concatenate([carry[k], *v]) if k in carry else np.concatenate(v)
+            for k, v in parts.items()
+        }
         flat["input_ids"] = flat["input_ids"].astype(np.int32, copy=False)
         ids = flat["input_ids"]
         doc = np.concatenate([carry_doc, np.repeat(np.arange(len(docs), dtype=np.int32), lengths)])
@@ -284,9 +307,12 @@ def _fit(
 
 
 def _fit_windows(
-    blocks: AsyncIterator[Block], spec: Packing, lane: int, depth: int,
+    blocks: AsyncIterator[Block],
+    spec: Packing,
+    lane: int,
+    depth: int,
     resume: tuple[Mark, int] | None,
-) -> AsyncIterator[Block]:  # fmt: skip
+) -> AsyncIterator[Block]:
     best = spec.algorithm != "first_fit"
     wrap = spec.algorithm == "best_fit_wrap"
 
@@ -300,9 +326,12 @@ def _fit_windows(
 
 
 def pack_blocks(
-    blocks: AsyncIterator[Block], spec: Packing, lane: int, depth: int,
+    blocks: AsyncIterator[Block],
+    spec: Packing,
+    lane: int,
+    depth: int,
     resume: tuple[Mark, int] | None,
-) -> AsyncIterator[Block]:  # fmt: skip
+) -> AsyncIterator[Block]:
     if spec.algorithm == "concat":
         return _concat(blocks, spec, lane, depth, resume)
     return _fit_windows(blocks, spec, lane, depth, resume)

@@ -27,8 +27,14 @@ class ToTensor:
     normalised: ``(x / 255 - mean) / std``, as one multiply-add over the array. A gray
     ``HxW`` image gets one channel."""
 
-    def __init__(self, field: str, layout: TensorLayout = "CHW", dtype: TensorDtype = "uint8",
-                 mean: Any = None, std: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        field: str,
+        layout: TensorLayout = "CHW",
+        dtype: TensorDtype = "uint8",
+        mean: Any = None,
+        std: Any = None,
+    ) -> None:
         if str(layout).upper() not in _LAYOUTS:
             raise ConfigError(f"layout must be one of {sorted(_LAYOUTS)}, got {layout!r}")
         upper, name = str(layout).upper(), _dtype_name(dtype)  # numpy dtypes are accepted too
@@ -49,8 +55,10 @@ class ToTensor:
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         image = sample[self.field]
         if not isinstance(image, np.ndarray) or image.ndim not in (2, 3):
-            raise ConfigError(f"to_tensor needs a decoded HxW or HxWxC image in "
-                              f"{self.field!r} (decode_image first)")  # fmt: skip
+            raise ConfigError(
+                f"to_tensor needs a decoded HxW or HxWxC image in "
+                f"{self.field!r} (decode_image first)"
+            )
         if image.ndim == 2:
             image = image[:, :, None]
         channels = image.shape[2]
@@ -61,8 +69,10 @@ class ToTensor:
             offset: np.ndarray = np.zeros(1, np.float32)
             if self.mean is not None and self.std is not None:
                 if len(self.mean) not in (1, channels) or len(self.std) not in (1, channels):
-                    raise ConfigError(f"mean and std have {len(self.mean)} and {len(self.std)} "
-                                      f"values for an image of {channels} channels")  # fmt: skip
+                    raise ConfigError(
+                        f"mean and std have {len(self.mean)} and {len(self.std)} "
+                        f"values for an image of {channels} channels"
+                    )
                 scale, offset = scale / self.std, -self.mean / self.std
             if self.layout == "CHW":
                 scale, offset = scale.reshape(-1, 1, 1), offset.reshape(-1, 1, 1)

@@ -25,8 +25,9 @@ def special_flags(special_tokens: str) -> tuple[bool, bool]:
     try:
         return _SPECIAL[special_tokens]
     except KeyError:
-        raise ConfigError(f"special_tokens must be one of {sorted(_SPECIAL)}, got "
-                          f"{special_tokens!r}") from None  # fmt: skip
+        raise ConfigError(
+            f"special_tokens must be one of {sorted(_SPECIAL)}, got {special_tokens!r}"
+        ) from None
 
 
 _BOS_NAMES = ("<s>", "<bos>", "[BOS]", "<|begin_of_text|>", "<|startoftext|>", "[CLS]")
@@ -160,8 +161,10 @@ class Tokenize:
         tail = [eos] if eos is not None else []
         if self.kind == "bytes":  # straight from the UTF-8 buffer, no list of ints
             h, t = np.array(head, np.int32), np.array(tail, np.int32)
-            arrays = [np.concatenate((h, np.frombuffer(x.encode("utf-8"), np.uint8), t),
-                                     dtype=np.int32) for x in texts]  # fmt: skip
+            arrays = [
+                np.concatenate((h, np.frombuffer(x.encode("utf-8"), np.uint8), t), dtype=np.int32)
+                for x in texts
+            ]
         elif head or tail:
             arrays = [np.array([*head, *ids, *tail], dtype=np.int32) for ids in self.encode(texts)]
         else:
@@ -169,8 +172,9 @@ class Tokenize:
         if self.max_length is not None:
             arrays = [a[: self.max_length] for a in arrays]
         if self.pad_to is not None or self.attention_mask:
-            return [{**sample, **self._padded(a)} for sample, a in zip(samples, arrays,
-                                                                      strict=True)]  # fmt: skip
+            return [
+                {**sample, **self._padded(a)} for sample, a in zip(samples, arrays, strict=True)
+            ]
         out = [{**sample, "input_ids": a} for sample, a in zip(samples, arrays, strict=True)]
         return out
 
@@ -212,10 +216,17 @@ class SplitLong:
 
 
 def tokenize_ops(
-    tokenizer: Any, field: str, max_length: int | None, bos: bool | int, eos: bool | int,
-    special_tokens: str | None, split_long_samples: bool, padding: bool | str, pad_id: int,
+    tokenizer: Any,
+    field: str,
+    max_length: int | None,
+    bos: bool | int,
+    eos: bool | int,
+    special_tokens: str | None,
+    split_long_samples: bool,
+    padding: bool | str,
+    pad_id: int,
     attention_mask: bool,
-) -> tuple[Tokenize, SplitLong | None]:  # fmt: skip
+) -> tuple[Tokenize, SplitLong | None]:
     """The steps ``Pipeline.tokenize`` adds, its arguments checked."""
     if special_tokens is not None:
         bos, eos = special_flags(special_tokens)
@@ -224,10 +235,19 @@ def tokenize_ops(
     if (split_long_samples or padding) and max_length is None:
         raise ConfigError("split_long_samples and padding need max_length")
     if split_long_samples and padding:
-        raise ConfigError("split_long_samples=True with padding: pieces are not padded; pad "
-                          "with a later map, or pack()")  # fmt: skip
-    tok = Tokenize(tokenizer, field, None if split_long_samples else max_length, bos, eos,
-                   pad_to=max_length if padding else None, pad_id=pad_id,
-                   attention_mask=attention_mask)  # fmt: skip
+        raise ConfigError(
+            "split_long_samples=True with padding: pieces are not padded; pad "
+            "with a later map, or pack()"
+        )
+    tok = Tokenize(
+        tokenizer,
+        field,
+        None if split_long_samples else max_length,
+        bos,
+        eos,
+        pad_to=max_length if padding else None,
+        pad_id=pad_id,
+        attention_mask=attention_mask,
+    )
     split = SplitLong(max_length, attention_mask) if split_long_samples and max_length else None
     return tok, split

@@ -65,10 +65,12 @@ class ToTraining:
         self.position_ids = position_ids
 
     def __repr__(self) -> str:
-        return (f"to_training(ignore_index={self.ignore_index}, dtype={self.dtype.name}, "
-                f"attention_mask={self.attention_mask}, shift={self.shift}, "
-                f"rename_fields={self.rename_fields}, field={self.field!r}, "
-                f"position_ids={self.position_ids!r})")  # fmt: skip
+        return (
+            f"to_training(ignore_index={self.ignore_index}, dtype={self.dtype.name}, "
+            f"attention_mask={self.attention_mask}, shift={self.shift}, "
+            f"rename_fields={self.rename_fields}, field={self.field!r}, "
+            f"position_ids={self.position_ids!r})"
+        )
 
     def __call__(self, item: Any) -> dict[str, Any]:
         if not isinstance(item, dict) or self.field not in item:
@@ -82,8 +84,10 @@ class ToTraining:
             ids = None
         if ids is None or ids.ndim not in (1, 2) or (ids.size and ids.dtype.kind not in "iu"):
             what = "rows of different lengths" if ids is None else f"shape {ids.shape}"
-            raise ConfigError(f"to_training() needs token rows of equal length (pack, or batch "
-                              f"after pack); {self.field!r} holds {what}")  # fmt: skip
+            raise ConfigError(
+                f"to_training() needs token rows of equal length (pack, or batch "
+                f"after pack); {self.field!r} holds {what}"
+            )
         single = ids.ndim == 1
         rows = ids[None, :] if single else ids
         seg = _rows(item.get("segment_ids"), rows.shape, single, np.ones(rows.shape, np.int32))
@@ -131,8 +135,9 @@ def _rows(value: Any, shape: tuple[int, ...], single: bool, default: Any) -> np.
     arr = np.asarray(value)
     arr = arr[None, :] if single and arr.ndim == 1 else arr
     if arr.shape != shape:
-        raise ConfigError(f"to_training(): a per-token field has shape {arr.shape}, the ids "
-                          f"{shape}")  # fmt: skip
+        raise ConfigError(
+            f"to_training(): a per-token field has shape {arr.shape}, the ids {shape}"
+        )
     return arr
 
 

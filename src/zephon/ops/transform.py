@@ -76,9 +76,13 @@ def _fused(steps: list[tuple[str, Callable[[Any], Any]]]) -> list[tuple[str, Any
 
 
 def run_batch(
-    kind: str, fn: Callable[[Any], Any], items: list[Any], refs: Provenance, skip: bool = False,
+    kind: str,
+    fn: Callable[[Any], Any],
+    items: list[Any],
+    refs: Provenance,
+    skip: bool = False,
     offset: int = 0,
-) -> tuple[list[Any], list[tuple[int, str]]]:  # fmt: skip
+) -> tuple[list[Any], list[tuple[int, str]]]:
     """``fn`` over a block's items: a map's results (``None`` drops the sample) or a filter's
     verdicts. An error keeps its type and names the step and the sample. With ``skip``, a
     :class:`~zephon.errors.FormatError` (bad input, e.g. a corrupt image) drops its sample
@@ -94,9 +98,14 @@ def run_batch(
 
 
 def _run_items(
-    kind: str, fn: Callable[[Any], Any], items: list[Any], refs: Provenance, skip: bool,
-    offset: int, passes: int | list[int],
-) -> tuple[list[Any], list[tuple[int, str]]]:  # fmt: skip
+    kind: str,
+    fn: Callable[[Any], Any],
+    items: list[Any],
+    refs: Provenance,
+    skip: bool,
+    offset: int,
+    passes: int | list[int],
+) -> tuple[list[Any], list[tuple[int, str]]]:
     """:func:`run_batch`'s loop; ``passes``: the items' passes, one per item or shared."""
     out: list[Any] = []
     failed: list[tuple[int, str]] = []
@@ -129,8 +138,11 @@ def tokenize_batch(tok: Any, items: list[Any], refs: Provenance) -> list[Any]:
         return list(tok.batch(items))
     except Exception as exc:
         at = getattr(exc, "zephon_index", None)
-        where = (f"on {_describe(ref_at(refs, at))}" if at is not None
-                 else f"in a block starting at {_describe(ref_at(refs, 0))}")  # fmt: skip
+        where = (
+            f"on {_describe(ref_at(refs, at))}"
+            if at is not None
+            else f"in a block starting at {_describe(ref_at(refs, 0))}"
+        )
         exc.add_note(f"zephon: tokenize failed {where}")
         raise
 
@@ -150,8 +162,16 @@ async def apply_block(
     skip = on_skip is not None
     if pool is not None:
         gil_free = getattr(fn, "releases_gil", False)  # threads may run it: WorkerPool.run
-        results, failed = await pool.run(stage_name, run_batch, kind, fn, block.items,
-                                         block.provenance(), skip, gil_free=gil_free)  # fmt: skip
+        results, failed = await pool.run(
+            stage_name,
+            run_batch,
+            kind,
+            fn,
+            block.items,
+            block.provenance(),
+            skip,
+            gil_free=gil_free,
+        )
     elif inspect.iscoroutinefunction(fn):
         results, failed = await _await_each(kind, fn, block, skip)
     else:
@@ -268,8 +288,13 @@ async def run_apply(
     start = resume[0] if resume is not None else start_mark(lane, depth)
     # mark: after the last input taken; before: before it; since: outputs produced since;
     # per_item: fetched bytes per input of the latest block.
-    last: dict[str, Any] = {"mark": start, "before": start, "since": 0, "ref": None,
-                            "per_item": 0.0}  # fmt: skip
+    last: dict[str, Any] = {
+        "mark": start,
+        "before": start,
+        "since": 0,
+        "ref": None,
+        "per_item": 0.0,
+    }
     produced: list[tuple[Any, Any, Any]] = []
     ready: list[Block] = []
 
@@ -310,8 +335,13 @@ async def run_apply(
 
 def _block_of(lane: int, produced: list[tuple[Any, Any, Any]], per_item: float) -> Block:
     """The outputs as a block, weighing the fetched bytes of as many inputs."""
-    return Block(lane, [p[0] for p in produced], [p[1] for p in produced],
-                 [p[2] for p in produced], int(per_item * len(produced)))  # fmt: skip
+    return Block(
+        lane,
+        [p[0] for p in produced],
+        [p[1] for p in produced],
+        [p[2] for p in produced],
+        int(per_item * len(produced)),
+    )
 
 
 @dataclass(frozen=True)

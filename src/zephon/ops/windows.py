@@ -87,8 +87,9 @@ async def windowed(
         if any(x is REPLAYED for x in out[skip:]):  # the skips were computed for this window
             raise RuntimeError("shuffle: a restored window would deliver a skipped item")
         rows = WindowRows(before, high_water(last), part, skip, out_refs[skip:])
-        block = Block(lane, out[skip:], nbytes=int(held * (len(out) - skip) / max(1, len(out))),
-                      rows=rows)  # fmt: skip
+        block = Block(
+            lane, out[skip:], nbytes=int(held * (len(out) - skip) / max(1, len(out))), rows=rows
+        )
         before, skip = last, 0
         items, refs, held = [], [], 0.0
         if part is not None:

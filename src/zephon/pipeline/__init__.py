@@ -12,6 +12,7 @@
 | ``progress`` | The progress report of ``iter(progress=True)``: items, MB/s and items/s of a run |
 | ``resources`` | What the stages of a run share (:class:`Resources`) |
 | ``run`` | One running instance of a pipeline: its resources, its task group, its counters |
+| ``samples`` | the builder's sample steps: map, filter, apply, shuffle, ensure_mixture, batch |
 | ``slots`` | the child-process engine's shared-memory slots for numeric arrays |
 | ``spec`` | The description of a pipeline: frozen, validated at construction |
 | ``state`` | Consumer state: what the consumer received, as a checkpoint |

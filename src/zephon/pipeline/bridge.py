@@ -229,8 +229,12 @@ async def aiterate(items: Generator[T, None, None], stop: Callable[[], None]) ->
         asks.put(None)
 
 
-def _answer(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any,
-            error: BaseException | None) -> None:  # fmt: skip
+def _answer(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    value: Any,
+    error: BaseException | None,
+) -> None:
     """Settle ``future`` on its loop from another thread (unless it was cancelled)."""
 
     def settle() -> None:

@@ -13,28 +13,23 @@ import copy
 import dataclasses
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from functools import partial
 from typing import Any
 
-from zephon.choices import Engine, OnError, OnSurplus, WeightBy
+from zephon.choices import Engine, OnError
 from zephon.engine.runner import Escaped
 from zephon.errors import ConfigError
-from zephon.ops.batch import Batch
 from zephon.ops.block import Block
-from zephon.ops.group import BatchPerDataset
-from zephon.ops.itemops import Filter, Map
-from zephon.ops.mixture import EnsureMixture
 from zephon.ops.operator import Operator
-from zephon.ops.shuffle import Shuffle
-from zephon.ops.transform import Apply
 from zephon.pipeline import state
 from zephon.pipeline.bridge import SyncBridge, aiterate, consuming
 from zephon.pipeline.images import ImageSteps
-from zephon.pipeline.placement import placed, placement
+from zephon.pipeline.placement import placement
 from zephon.pipeline.process import ProcessEngine
 from zephon.pipeline.progress import ProgressBar
 from zephon.pipeline.run import Run
+from zephon.pipeline.samples import SampleSteps
 from zephon.pipeline.spec import PipelineSpec, default_rank
 from zephon.pipeline.text import TextSteps
 from zephon.plan import StaticMixtureWorkSource
@@ -43,7 +38,7 @@ from zephon.storage import RetryPolicy, StorageLimits
 __all__ = ["Pipeline"]
 
 
-class Pipeline(TextSteps, ImageSteps):
+class Pipeline(SampleSteps, TextSteps, ImageSteps):
     """Fetches a work source's range requests and runs operators over the samples.
 
     Args:
@@ -107,14 +102,25 @@ class Pipeline(TextSteps, ImageSteps):
             rank = env_rank if rank is None else rank
             world_size = env_world if world_size is None else world_size
         spec = PipelineSpec(
-            source, rank, world_size, world_size if lanes is None else lanes,
-            deterministic=deterministic, on_error=on_error, max_skipped=max_skipped,
-            fetch_budget_bytes=fetch_budget_bytes, max_inflight_requests=max_inflight_requests,
-            limits=limits, retry=retry, decode_processes=decode_processes,
-            prefetch_blocks=prefetch, range_cache_bytes=range_cache_bytes,
+            source,
+            rank,
+            world_size,
+            world_size if lanes is None else lanes,
+            deterministic=deterministic,
+            on_error=on_error,
+            max_skipped=max_skipped,
+            fetch_budget_bytes=fetch_budget_bytes,
+            max_inflight_requests=max_inflight_requests,
+            limits=limits,
+            retry=retry,
+            decode_processes=decode_processes,
+            prefetch_blocks=prefetch,
+            range_cache_bytes=range_cache_bytes,
             cache_dir=None if cache_dir is None else str(cache_dir),
-            cache_limit_bytes=cache_limit_bytes, provenance=provenance, engine=engine,
-        )  # fmt: skip
+            cache_limit_bytes=cache_limit_bytes,
+            provenance=provenance,
+            engine=engine,
+        )
         self._init(spec)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -143,74 +149,6 @@ class Pipeline(TextSteps, ImageSteps):
         new = object.__new__(Pipeline)
         new._init(dataclasses.replace(self.spec, **changes))
         return new
-
-    def _check_before_batch(self, what: str) -> None:
-        if any(op.batches for op in self.spec.steps):
-            raise ConfigError(f"{what} after batch() is not supported; put it before batch()")
-
-    def map(self, fn: Callable[[Any], Any], processes: int = 0, executor: Any = None) -> Pipeline:
-        """``fn(sample) -> sample | None`` (sync or async; ``None`` drops the sample). With
-        ``processes=N`` (or ``executor=Local(N)``) it runs in the pipeline's worker pool, a
-        block at a time, same output (a lambda, a closure or a notebook's function travels by
-        value). ``executor=Ray(...)`` runs it on Ray actors (:mod:`zephon.executors`)."""
-        inflight, remote, fn = placed(processes, executor, fn, "function")
-        return self._with(Map(fn, inflight, remote))
-
-    def filter(
-        self, pred: Callable[[Any], Any], processes: int = 0, executor: Any = None
-    ) -> Pipeline:
-        """Keep samples for which ``pred(sample)`` is true (sync or async); placed like map."""
-        inflight, remote, pred = placed(processes, executor, pred, "predicate")
-        return self._with(Filter(pred, inflight, remote))
-
-    def apply(self, op: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Pipeline:
-        """A custom operator: ``op(stream) -> stream``, an async generator over items.
-
-        Runs per lane and resumes exactly from checkpoints. An op with ``state() -> dict``
-        (JSON) and ``restore(dict)`` is stateful: each lane of each run works on its own deep
-        copy, ``state()`` is taken after every output (it must describe everything the op
-        holds at that point, and be cheap). Any other op must be stateless: each output
-        depends only on the latest input taken (a filter or flat-map), so on resume that
-        input is fed again and the outputs already delivered are skipped.
-        """
-        return self._with(Apply(op))
-
-    def batch(self, size: int, drop_last: bool = False, per_dataset: bool = False) -> Pipeline:
-        """Collate ``size`` samples per batch (per lane) into a dict of columns.
-        ``per_dataset=True``: every batch from one dataset (datasets in mixture proportion;
-        see :mod:`zephon.ops.group`)."""
-        op = BatchPerDataset(size, drop_last) if per_dataset else Batch(size, drop_last)
-        self._check_before_batch("batch")
-        return self._with(op)
-
-    def ensure_mixture(
-        self,
-        weight_by: WeightBy = "samples",
-        buffer_size: int = 1024,
-        on_surplus: OnSurplus = "emit",
-        field: str = "input_ids",
-    ) -> Pipeline:
-        """Bring a filtered stream back to the curriculum's weights, by samples or by tokens
-        (of ``field``), holding at most ``buffer_size`` items per lane; past that the surplus
-        is emitted (``"emit"``) or dropped and counted in ``stats()`` (``"drop"``). Exact on
-        resume; see :mod:`zephon.ops.mixture`."""
-        weights = tuple(float(w) for w in self.spec.source.weights)
-        op = EnsureMixture(weights, weight_by, field, buffer_size, on_surplus)
-        self._check_before_batch("ensure_mixture")
-        return self._with(op)
-
-    def shuffle(
-        self, buffer_size: int = 8192, seed: int | None = None, warmup: int = 64
-    ) -> Pipeline:
-        """Permute each lane's items in windows of ``buffer_size`` keyed by (seed, lane, window
-        start): resumes exactly without saving items. ``seed``: the source's by default.
-        ``warmup``: a lane's first window leaves in parts of ``warmup``, ``warmup``, 2x...
-        items (0: whole), so the first items do not wait for a whole window."""
-        if buffer_size < 1 or warmup < 0:
-            raise ConfigError(f"shuffle: buffer_size {buffer_size} < 1 or warmup {warmup} < 0")
-        self._check_before_batch("shuffle")
-        chosen = self.spec.source.seed if seed is None else seed
-        return self._with(Shuffle(buffer_size, chosen, warmup))
 
     def to_torch(self, pin_memory: bool = False) -> Pipeline:
         """Deliver numpy arrays as torch tensors (the ``torch`` extra); after ``batch`` too."""
@@ -322,8 +260,11 @@ class Pipeline(TextSteps, ImageSteps):
         run = Run(self.spec, self._resume, received)
         self._last = run
         self._runs.add(run)
-        bar = ProgressBar(time.perf_counter(), lambda: sum(
-            s.stats.bytes_read for s in run.storages)) if progress else None  # fmt: skip
+        bar = (
+            ProgressBar(time.perf_counter(), lambda: sum(s.stats.bytes_read for s in run.storages))
+            if progress
+            else None
+        )
         await run.start()
         try:
             while True:

@@ -39,9 +39,13 @@ Decoded = tuple[Fetched, list[Any], list[tuple[int, str]]]  # a read, its sample
 
 
 def build_lane(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
-    resume: dict[str, Any] | None, history: list[Any],
-) -> Channel[Block]:  # fmt: skip
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    lane: int,
+    resume: dict[str, Any] | None,
+    history: list[Any],
+) -> Channel[Block]:
     """Start every stage of ``lane`` in ``tg``; returns the channel of its output blocks.
     ``resume`` is the lane's entry of a restored checkpoint (planner state and mark, and the
     residues of old lanes it replays first after a re-laning: :mod:`zephon.pipeline.handover`);
@@ -52,8 +56,7 @@ def build_lane(
         head = res.lane_channel(spec)
         name = f"handover[{lane}]"
         stats = res.stats(name)
-        start_stage(tg, name, stats, _handover(tg, spec, res, lane, resume, history, head,
-                                               stats))  # fmt: skip
+        start_stage(tg, name, stats, _handover(tg, spec, res, lane, resume, history, head, stats))
     else:
         head = _segment(tg, spec, res, lane, spec.lanes, resume, history)
     rest = range(spec.stateful_prefix, len(spec.steps))
@@ -61,21 +64,40 @@ def build_lane(
 
 
 def _segment(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int, lanes: int,
-    resume: dict[str, Any] | None, history: list[Any], until: int | None = None,
-    tag: str | None = None, owner: int | None = None,
-) -> Channel[Block]:  # fmt: skip
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    lane: int,
+    lanes: int,
+    resume: dict[str, Any] | None,
+    history: list[Any],
+    until: int | None = None,
+    tag: str | None = None,
+    owner: int | None = None,
+) -> Channel[Block]:
     """Lane ``lane`` of ``lanes`` from its planner to its last stateful step (up to the
     lane position ``until``); ``tag`` names its stages, ``owner`` is the lane it feeds."""
     tag = str(lane) if tag is None else tag
     requests = spec.source.requests(
-        lane, lanes, resume=resume["state"] if resume is not None else None,
-        history=history, until=until, window_bytes=spec.read_window_bytes,
-    )  # fmt: skip
+        lane,
+        lanes,
+        resume=resume["state"] if resume is not None else None,
+        history=history,
+        until=until,
+        window_bytes=spec.read_window_bytes,
+    )
     budget = res.budgets[lane if owner is None else owner]  # the share of the lane it feeds
     holding: list[Cursor | None] = [None]  # the chunk the assembler holds items of, if any
-    fetched = _fetch(tg, spec, res, tag, requests, budget,
-                     res.starts.get(lane if owner is None else owner), holding)  # fmt: skip
+    fetched = _fetch(
+        tg,
+        spec,
+        res,
+        tag,
+        requests,
+        budget,
+        res.starts.get(lane if owner is None else owner),
+        holding,
+    )
     decoded = _decode(tg, spec, res, tag, fetched)
     # The lane may read further ahead by what its first step takes from assembly, or, if
     # that step runs on workers, by what the lane delivers (see start_steps).
@@ -83,17 +105,23 @@ def _segment(
     current = res.lane_channel(spec, on_take)
     name = f"assemble[{tag}]"
     stats = res.stats(name)
-    start_stage(tg, name, stats, _assemble(spec, res, lane, decoded, current, stats, budget,
-                                           holding))  # fmt: skip
+    start_stage(
+        tg, name, stats, _assemble(spec, res, lane, decoded, current, stats, budget, holding)
+    )
     mark: Mark | None = resume["mark"] if resume is not None else None
-    return start_steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark,
-                       budget)  # fmt: skip
+    return start_steps(tg, spec, res, tag, current, range(spec.stateful_prefix), lane, mark, budget)
 
 
 async def _handover(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: int,
-    resume: dict[str, Any], history: list[Any], out: Channel[Block], stats: StageStats,
-) -> None:  # fmt: skip
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    lane: int,
+    resume: dict[str, Any],
+    history: list[Any],
+    out: Channel[Block],
+    stats: StageStats,
+) -> None:
     """A re-laned lane: each residue handed to it (an old lane replayed from its checkpoint
     up to its cut, its stateful steps flushing what they held), then its own curriculum.
     Residue items are marked with a :class:`Residue` so a checkpoint can say where they are."""
@@ -103,25 +131,38 @@ async def _handover(
         for k, record in enumerate(residues):
             zeros, at = residue_resume(spec, record)
             rest = tuple(residues[k + 1 :])
-            segment = _segment(tg, spec, res, int(record["lane"]), int(record["lanes"]), at,
-                               history[: int(record["generation"])], residue_end(record),
-                               f"{lane}<{record['lane']}", lane)  # fmt: skip
+            segment = _segment(
+                tg,
+                spec,
+                res,
+                int(record["lane"]),
+                int(record["lanes"]),
+                at,
+                history[: int(record["generation"])],
+                residue_end(record),
+                f"{lane}<{record['lane']}",
+                lane,
+            )
             async for block in counted(segment, stats):
                 marks = [new_mark(lane, Residue(record, m, rest), 0, zeros) for m in block.marks]
                 yield Block(lane, block.items, block.refs, marks, block.nbytes, block.extra)
         own = {key: value for key, value in resume.items() if key != "residues"}
-        async for block in counted(_segment(tg, spec, res, lane, spec.lanes, own, history),
-                                    stats):  # fmt: skip
+        async for block in counted(_segment(tg, spec, res, lane, spec.lanes, own, history), stats):
             yield block
 
     await forward(handed(), out, stats)
 
 
 def _fetch(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
-    requests: AsyncIterator[RangeRequest], budget: CapacityGate, start: asyncio.Event | None,
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    lane: str,
+    requests: AsyncIterator[RangeRequest],
+    budget: CapacityGate,
+    start: asyncio.Event | None,
     holding: list[Cursor | None],
-) -> Channel[list[Fetched]]:  # fmt: skip
+) -> Channel[list[Fetched]]:
     """Neighbouring requests grouped into storage reads, up to ``max_inflight_requests`` in
     flight, each holding its bytes in the budget until its samples leave decode. The first
     read waits for ``start`` (the lane's turn to start), if given. Reads of the chunk the
@@ -136,16 +177,18 @@ def _fetch(
         # One reservation for the group's storage read (admitted alone if it exceeds the
         # budget); each request releases its share once decoded.
         reserved = group_reservations(group)
-        await budget.acquire(sum(reserved), lambda: any(r.cursor == holding[0] for r in group),
-                             whole=all(r.cursor == opening[0] for r in group))  # fmt: skip
+        await budget.acquire(
+            sum(reserved),
+            lambda: any(r.cursor == holding[0] for r in group),
+            whole=all(r.cursor == opening[0] for r in group),
+        )
         try:
             return await read_group(res.storages, group, reserved, res.range_cache)
         except BaseException:
             budget.release(sum(reserved))
             raise
 
-    async def gated(groups: AsyncIterator[list[RangeRequest]]) -> AsyncIterator[
-            list[RangeRequest]]:  # fmt: skip
+    async def gated(groups: AsyncIterator[list[RangeRequest]]) -> AsyncIterator[list[RangeRequest]]:
         # The wait happens here, before the first read is handed out, never in the read
         # itself: a read that waited there could be overtaken by the next one, which
         # started after the wait was over, took the budget and, delivered in order behind
@@ -162,16 +205,28 @@ def _fetch(
     fetched: Channel[list[Fetched]] = res.track(Channel(spec.max_inflight_requests))
     name = f"fetch[{lane}]"
     stats = res.stats(name, str(spec.max_inflight_requests))
-    body = ordered(tg, groups, read, fetched, spec.max_inflight_requests, stats,
-                   deterministic=spec.deterministic, size=len, ramp=2)  # fmt: skip
+    body = ordered(
+        tg,
+        groups,
+        read,
+        fetched,
+        spec.max_inflight_requests,
+        stats,
+        deterministic=spec.deterministic,
+        size=len,
+        ramp=2,
+    )
     start_stage(tg, name, stats, body)
     return fetched
 
 
 def _decode(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, lane: str,
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    lane: str,
     fetched: Channel[list[Fetched]],
-) -> Channel[Decoded]:  # fmt: skip
+) -> Channel[Decoded]:
     """Samples of each read, decoded in the event loop or, ordered, in the worker pool."""
     datasets = spec.source.datasets
     skip = spec.on_error == "skip"
@@ -179,8 +234,15 @@ def _decode(
     def job(f: Fetched) -> DecodeJob:
         r = f.request
         ds = datasets[r.dataset]
-        return DecodeJob(ds.codec, ds.shards[r.shard], ds.indexes[r.shard], f.blob.parts,
-                         r.samples, skip, res.storages[r.dataset].cache)  # fmt: skip
+        return DecodeJob(
+            ds.codec,
+            ds.shards[r.shard],
+            ds.indexes[r.shard],
+            f.blob.parts,
+            r.samples,
+            skip,
+            res.storages[r.dataset].cache,
+        )
 
     decoded: Channel[Decoded] = res.track(Channel(max(2, spec.decode_processes * 2)))
     name = f"decode[{lane}]"
@@ -193,8 +255,15 @@ def _decode(
             items, failed = await pool.run(name, decode_job, job(f))
             return f, items, failed
 
-        body = ordered(tg, _flatten(fetched), remote, decoded, spec.decode_processes * 2,
-                       stats, deterministic=spec.deterministic)  # fmt: skip
+        body = ordered(
+            tg,
+            _flatten(fetched),
+            remote,
+            decoded,
+            spec.decode_processes * 2,
+            stats,
+            deterministic=spec.deterministic,
+        )
     else:
         body = _decode_local(fetched, decoded, job, stats)
     start_stage(tg, name, stats, body)
@@ -202,9 +271,11 @@ def _decode(
 
 
 async def _decode_local(
-    fetched: Channel[list[Fetched]], decoded: Channel[Decoded],
-    job: Callable[[Fetched], DecodeJob], stats: StageStats,
-) -> None:  # fmt: skip
+    fetched: Channel[list[Fetched]],
+    decoded: Channel[Decoded],
+    job: Callable[[Fetched], DecodeJob],
+    stats: StageStats,
+) -> None:
     with closing(decoded):
         while True:
             try:
@@ -224,9 +295,15 @@ async def _decode_local(
 
 
 async def _assemble(
-    spec: PipelineSpec, res: Resources, lane: int, decoded: Channel[Decoded],
-    out: Channel[Block], stats: StageStats, budget: CapacityGate, holding: list[Cursor | None],
-) -> None:  # fmt: skip
+    spec: PipelineSpec,
+    res: Resources,
+    lane: int,
+    decoded: Channel[Decoded],
+    out: Channel[Block],
+    stats: StageStats,
+    budget: CapacityGate,
+    holding: list[Cursor | None],
+) -> None:
     """Reads' samples back into chunk slot order (or completion order), as blocks; releases
     each read's bytes from the budget and records samples skipped under ``on_error="skip"``.
     What it holds back is lent to the budget for the reads of that chunk (``holding``)."""
@@ -239,8 +316,13 @@ async def _assemble(
         if failed:  # drop the placeholders of samples skipped under on_error="skip"
             keep = [not is_failed(x) for x in items]
             marks = rows.marks()
-            block = Block(lane, list(compress(items, keep)), list(compress(rows.refs(), keep)),
-                          list(compress(marks, keep)), nbytes)  # fmt: skip
+            block = Block(
+                lane,
+                list(compress(items, keep)),
+                list(compress(rows.refs(), keep)),
+                list(compress(marks, keep)),
+                nbytes,
+            )
             if marks:
                 block.extra["last_mark"] = marks[-1]
         else:
@@ -267,16 +349,32 @@ async def _assemble(
                 res.ledger.add(datasets[r.dataset].name, r.uri, int(r.samples[pos]), message)
             if spec.deterministic:
                 held = assembler.held
-                assembler.add(r.cursor, r.slots, items, r.dataset, r.shard, r.samples,
-                              bool(failed), f.reserved, r.passes)  # fmt: skip
+                assembler.add(
+                    r.cursor,
+                    r.slots,
+                    items,
+                    r.dataset,
+                    r.shard,
+                    r.samples,
+                    bool(failed),
+                    f.reserved,
+                    r.passes,
+                )
                 # What the assembler holds back waits for other reads of the chunk (its runs
                 # interleave): lent to the slow start while held, so those reads get in.
                 holding[0] = r.cursor if assembler.held else None
                 budget.lend(assembler.held - held)
             else:
                 n = len(r.samples)
-                rows = ChunkRows(lane, r.cursor, np.full(n, r.dataset), np.full(n, r.shard),
-                                 r.samples, r.slots + 1, passes_column(r.passes))  # fmt: skip
+                rows = ChunkRows(
+                    lane,
+                    r.cursor,
+                    np.full(n, r.dataset),
+                    np.full(n, r.shard),
+                    r.samples,
+                    r.slots + 1,
+                    passes_column(r.passes),
+                )
                 emit(items, rows, bool(failed), f.reserved)
             await send_ready()
         budget.lend(-assembler.held)
@@ -287,8 +385,9 @@ async def _assemble(
 def _add_provenance(datasets: Any, items: list[Any], rows: ChunkRows) -> None:
     """``item["_provenance"]``: where each dict sample came from (failed placeholders and
     non-dict samples are left alone)."""
-    for item, d, s, i in zip(items, rows.dataset.tolist(), rows.shard.tolist(),
-                             rows.sample.tolist(), strict=True):  # fmt: skip
+    for item, d, s, i in zip(
+        items, rows.dataset.tolist(), rows.shard.tolist(), rows.sample.tolist(), strict=True
+    ):
         if isinstance(item, dict):
             ds = datasets[d]
             shard = redact_uri(ds.shards[s].uri)  # a presigned URL's signature masked

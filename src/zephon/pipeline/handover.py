@@ -30,7 +30,7 @@ from zephon.ops.marks import (
     new_mark,
     op_states,
     position_of,
-)  # fmt: skip
+)
 from zephon.pipeline.spec import PipelineSpec
 from zephon.refs import Cursor
 
@@ -59,8 +59,12 @@ def lane_entry(mark: Mark, stateful_steps: int) -> dict[str, Any]:
     if isinstance(cursor, Residue):  # inside a residue: its own curriculum not started yet
         at = cursor.at
         current = {**cursor.record, **_position_json(position_of(at)), "ops": list(op_states(at))}
-        return {"cursor": None, "delivered": 0, "ops": [0] * stateful_steps,
-                "residues": [current, *cursor.rest]}  # fmt: skip
+        return {
+            "cursor": None,
+            "delivered": 0,
+            "ops": [0] * stateful_steps,
+            "residues": [current, *cursor.rest],
+        }
     entry: dict[str, Any] = {**_position_json(position_of(mark)), "ops": list(ops)}
     if hw is not None and _busy(ops):
         entry["hw"] = _position_json(hw)
@@ -97,8 +101,15 @@ def relane(
     source = spec.source
     old = int(state["lanes"])
     if state.get("source") != source.describe():
-        source.check_state({"describe": state.get("source"), "cursor": source.start(0).to_dict(),
-                            "delivered": 0, "lanes": old}, old)  # fmt: skip  # raises
+        source.check_state(
+            {
+                "describe": state.get("source"),
+                "cursor": source.start(0).to_dict(),
+                "delivered": 0,
+                "lanes": old,
+            },
+            old,
+        )  # raises
     entries = state.get("lane_states", {})
     missing = [lane for lane in range(old) if str(lane) not in entries]
     if missing:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Self
 
 from zephon.choices import ImageBackend, ImageMode, ResizeBackend, TensorDtype, TensorLayout
-from zephon.ops import image, tensor
+from zephon.ops import image, imagedecode, tensor
 from zephon.ops.imagelimits import MAX_PIXELS
 from zephon.ops.itemops import Map
 from zephon.ops.objects import FetchField
@@ -23,7 +23,11 @@ from zephon.pipeline.spec import PipelineSpec
 
 __all__ = ["ImageSteps"]
 
-_IMAGE_MODULES = (image.__name__, tensor.__name__)  # whose steps follow an image step's placement
+_IMAGE_MODULES = (
+    image.__name__,
+    imagedecode.__name__,
+    tensor.__name__,
+)  # whose steps follow an image step's placement
 
 
 class ImageSteps:
@@ -57,8 +61,15 @@ class ImageSteps:
                 return str(getattr(step.fn, "out", step.fn.field))
         return "jpg"
 
-    def fetch_field(self, field: str, out: str | None = None, *, prefix: str | None = None,
-                    inflight: int = 32, guess_bytes: int = 1 << 20) -> Self:  # fmt: skip
+    def fetch_field(
+        self,
+        field: str,
+        out: str | None = None,
+        *,
+        prefix: str | None = None,
+        inflight: int = 32,
+        guess_bytes: int = 1 << 20,
+    ) -> Self:
         """Read the object ``sample[field]`` names into ``sample[out or field]`` (bytes): a
         key under ``prefix`` (default: the dataset's root) or a URI in the same store, e.g.
         a JSONL column of image keys before ``decode_image``. Read through the dataset's
@@ -71,10 +82,17 @@ class ImageSteps:
         return self._with(op)
 
     def decode_image(
-        self, field: str = "jpg", mode: ImageMode = "RGB", *, backend: ImageBackend = "auto",
-        max_size: int | None = None, out: str | None = None, processes: int | None = None,
-        executor: Any = None, max_pixels: int | None = MAX_PIXELS,
-    ) -> Self:  # fmt: skip
+        self,
+        field: str = "jpg",
+        mode: ImageMode = "RGB",
+        *,
+        backend: ImageBackend = "auto",
+        max_size: int | None = None,
+        out: str | None = None,
+        processes: int | None = None,
+        executor: Any = None,
+        max_pixels: int | None = MAX_PIXELS,
+    ) -> Self:
         """Decode ``sample[field]`` (bytes, the HF ``{"bytes", "path"}`` layout, or base64
         text) into a uint8 ``HxWxC`` array (``HxW`` for ``mode="L"``) in ``sample[out or
         field]``. JPEG goes through libjpeg-turbo (``simplejpeg``) when installed, other
@@ -84,12 +102,18 @@ class ImageSteps:
         header declares more than ``max_pixels`` (default ~89 million, Pillow's own bound;
         ``None``: no limit), raises ``FormatError`` naming the sample, before any pixel
         buffer is allocated."""
-        op = image.DecodeImage(field, mode, backend, max_size, out, max_pixels)
+        op = imagedecode.DecodeImage(field, mode, backend, max_size, out, max_pixels)
         return self._image_step(op, processes, executor)
 
-    def resize(self, size: int | tuple[int, int], field: str | None = None, *,
-               backend: ResizeBackend = "auto", processes: int | None = None,
-               executor: Any = None) -> Self:  # fmt: skip
+    def resize(
+        self,
+        size: int | tuple[int, int],
+        field: str | None = None,
+        *,
+        backend: ResizeBackend = "auto",
+        processes: int | None = None,
+        executor: Any = None,
+    ) -> Self:
         """Resize ``sample[field]`` (default: the field the image step before wrote, else
         ``"jpg"``; so for every step below) to ``(height, width)``, or the shorter side to
         ``size`` (bilinear; area averaging when OpenCV shrinks 2x or more). ``backend``:
@@ -99,17 +123,29 @@ class ImageSteps:
             image.Resize(size, self._field(field), backend), processes, executor
         )
 
-    def center_crop(self, size: int | tuple[int, int], field: str | None = None, *,
-                    processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
+    def center_crop(
+        self,
+        size: int | tuple[int, int],
+        field: str | None = None,
+        *,
+        processes: int | None = None,
+        executor: Any = None,
+    ) -> Self:
         """The central ``size`` crop (zero-padded where the image is smaller)."""
         return self._image_step(image.CenterCrop(size, self._field(field)), processes, executor)
 
     def random_resized_crop(
-        self, size: int | tuple[int, int], field: str | None = None, *,
-        scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        seed: int | None = None, backend: ResizeBackend = "auto", processes: int | None = None,
+        self,
+        size: int | tuple[int, int],
+        field: str | None = None,
+        *,
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        seed: int | None = None,
+        backend: ResizeBackend = "auto",
+        processes: int | None = None,
         executor: Any = None,
-    ) -> Self:  # fmt: skip
+    ) -> Self:
         """A crop of random area and aspect ratio resized to ``size`` (as :meth:`resize`, by
         ``backend``), drawn from a generator keyed by the sample (``__key__``, ``id`` or
         provenance), the pass it was drawn in (:func:`zephon.sample_pass`) and ``seed`` (the
@@ -119,25 +155,38 @@ class ImageSteps:
         op = image.RandomResizedCrop(size, self._field(field), scale, ratio, seed, backend)
         return self._image_step(op, processes, executor)
 
-    def flip(self, field: str | None = None, p: float = 0.5, *, seed: int | None = None,
-             processes: int | None = None, executor: Any = None) -> Self:  # fmt: skip
+    def flip(
+        self,
+        field: str | None = None,
+        p: float = 0.5,
+        *,
+        seed: int | None = None,
+        processes: int | None = None,
+        executor: Any = None,
+    ) -> Self:
         """A horizontal flip with probability ``p``, keyed by the sample, its pass and
         ``seed`` (the work source's unless given)."""
         seed = self.spec.source.seed if seed is None else seed
         return self._image_step(image.Flip(self._field(field), p, seed), processes, executor)
 
-    def to_chw(self, field: str | None = None, *, processes: int | None = None,
-               executor: Any = None) -> Self:  # fmt: skip
+    def to_chw(
+        self, field: str | None = None, *, processes: int | None = None, executor: Any = None
+    ) -> Self:
         """``HxWxC`` -> ``CxHxW``, so ``batch()`` stacks ``NCHW`` (it stacks ``NHWC``
         without it); equal sizes are needed to stack: resize or crop first."""
         return self._image_step(image.ToCHW(self._field(field)), processes, executor)
 
     def to_tensor(
-        self, field: str | None = None, *, layout: TensorLayout = "CHW",
+        self,
+        field: str | None = None,
+        *,
+        layout: TensorLayout = "CHW",
         dtype: TensorDtype = "uint8",
-        mean: Any = None, std: Any = None, processes: int | None = None,
+        mean: Any = None,
+        std: Any = None,
+        processes: int | None = None,
         executor: Any = None,
-    ) -> Self:  # fmt: skip
+    ) -> Self:
         """The image as a model takes it: ``layout`` ``"CHW"`` (``batch()`` stacks ``NCHW``)
         or ``"HWC"`` (``NHWC``); ``dtype`` ``"uint8"`` (a quarter of the bytes of float32:
         normalise on the GPU), or ``"float32"``/``"float16"`` scaled to ``[0, 1]`` and, with

@@ -221,8 +221,9 @@ class ProcessEngine:
         self._control, child_control = ctx.Pipe()
         # Not a daemon: the child may start a worker pool of its own (processes=N). It ends
         # when its control pipe closes, and every engine still open at exit is closed first.
-        self._proc = ctx.Process(target=_child, args=(blob, child_data, child_control, progress),
-                                 name="zephon-pipeline")  # fmt: skip
+        self._proc = ctx.Process(
+            target=_child, args=(blob, child_data, child_control, progress), name="zephon-pipeline"
+        )
         self._segments: dict[int, SharedMemory] = {}  # each slot's segment, as last opened
         self._convert = pipeline.spec.convert
         self.final_stats: dict[str, Any] | None = None
@@ -233,8 +234,7 @@ class ProcessEngine:
         self._closing = False
         self._closed = False
         self._close_lock = threading.Lock()
-        self._receiver = threading.Thread(target=self._receive, name="zephon-receive",
-                                          daemon=True)  # fmt: skip
+        self._receiver = threading.Thread(target=self._receive, name="zephon-receive", daemon=True)
         # Open before it starts: a script that ends while another thread starts the child
         # (an async consumer cancelled then) closes it at exit instead of leaving it to read
         # a pipe that is gone. close() waits for the start to be over.

@@ -54,8 +54,11 @@ class ProgressBar:
 
     def _line(self, now: float) -> None:
         elapsed = now - self.started
-        print(f"zephon: {self.items} items in {elapsed:.0f}s ({self._rates(now)})",
-              file=self.stream, flush=True)  # fmt: skip
+        print(
+            f"zephon: {self.items} items in {elapsed:.0f}s ({self._rates(now)})",
+            file=self.stream,
+            flush=True,
+        )
 
     def close(self) -> None:
         if self.bar is not None:

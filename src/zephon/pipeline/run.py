@@ -96,15 +96,17 @@ class Run:
         size = spec.pool_size()
         cache = DiskCache(spec.cache_dir, spec.cache_limit_bytes) if spec.cache_dir else None
         self.res = res = Resources(
-            storages=[d.open_storage(limits=spec.limits, retry=spec.retry, cache=cache)
-                      for d in spec.source.datasets],
+            storages=[
+                d.open_storage(limits=spec.limits, retry=spec.retry, cache=cache)
+                for d in spec.source.datasets
+            ],
             budgets={},
             range_cache=RangeCache(spec.range_cache_bytes) if spec.range_cache_bytes else None,
             pool=WorkerPool(size) if size else None,
             ledger=SkipLedger(spec.max_skipped),
             datasets=list(spec.source.datasets),
             remote={executor: RayPool(executor) for executor in spec.remote_executors()},
-        )  # fmt: skip
+        )
         res.budgets.update(_budgets(spec, res))
         for remote in res.remote.values():
             remote.prestart()
@@ -120,14 +122,26 @@ class Run:
                 first, ended = merge_start(spec, self.received)
                 order = _start_order(spec, first, ended) if self.resume.lanes else []
                 res.starts.update((lane, asyncio.Event()) for lane in order[1:])
-                outs = [build_lane(tg, spec, res, lane, self.resume.lanes.get(lane),
-                                   self.resume.history) for lane in spec.my_lanes]  # fmt: skip
+                outs = [
+                    build_lane(
+                        tg, spec, res, lane, self.resume.lanes.get(lane), self.resume.history
+                    )
+                    for lane in spec.my_lanes
+                ]
                 position = {lane: i for i, lane in enumerate(spec.my_lanes)}
                 for before, lane in itertools.pairwise(order):
                     spawn(tg, _start_after(outs[position[before]], res.starts[lane]))
                 stats = res.stats("merge")
-                body = merge_lanes(outs, self.output, stats, spec.deterministic, first, ended,
-                                   list(spec.my_lanes), spec.block_bytes)  # fmt: skip
+                body = merge_lanes(
+                    outs,
+                    self.output,
+                    stats,
+                    spec.deterministic,
+                    first,
+                    ended,
+                    list(spec.my_lanes),
+                    spec.block_bytes,
+                )
                 start_stage(tg, "merge", stats, body)
         except BaseExceptionGroup as group:
             self.output.close(first_error(group))
@@ -152,9 +166,16 @@ class Run:
     def stats(self) -> dict[str, Any]:
         """Counters of this run: per stage, fetch, consumer, skipped samples."""
         elapsed = time.perf_counter() - self.started if self.started else 0.0
-        fetch: dict[str, Any] = {"requests": 0, "bytes": 0, "retries": 0, "throttles": 0,
-                                 "truncated": 0, "inflight_bytes": 0, "hedges": 0,
-                                 "hedges_won": 0}  # fmt: skip
+        fetch: dict[str, Any] = {
+            "requests": 0,
+            "bytes": 0,
+            "retries": 0,
+            "throttles": 0,
+            "truncated": 0,
+            "inflight_bytes": 0,
+            "hedges": 0,
+            "hedges_won": 0,
+        }
         latencies: list[float] = []
         for storage in self.storages:
             s = storage.stats
@@ -175,16 +196,20 @@ class Run:
         fetch["scan_spilled_bytes"] = sum(s.keep.spilled_bytes for s in self.storages if s.keep)
         disk = self.storages[0].cache if self.storages else None
         if disk is not None:  # one DiskCache shared by the run's storages
-            fetch["disk_cache"] = {"hits": disk.stats.hits, "misses": disk.stats.misses,
-                                   "hit_bytes": disk.stats.hit_bytes,
-                                   "written_bytes": disk.stats.written_bytes,
-                                   "evicted_bytes": disk.stats.evicted_bytes}  # fmt: skip
+            fetch["disk_cache"] = {
+                "hits": disk.stats.hits,
+                "misses": disk.stats.misses,
+                "hit_bytes": disk.stats.hit_bytes,
+                "written_bytes": disk.stats.written_bytes,
+                "evicted_bytes": disk.stats.evicted_bytes,
+            }
         latencies.sort()
         for q in (50, 99):
             fetch[f"p{q}_latency_s"] = (
                 latencies[min(len(latencies) - 1, round(q / 100 * (len(latencies) - 1)))]
-                if latencies else None
-            )  # fmt: skip
+                if latencies
+                else None
+            )
         return {
             "elapsed_s": elapsed,
             "delivered": self.delivered,
@@ -265,9 +290,7 @@ def _budgets(spec: PipelineSpec, res: Resources) -> dict[int, CapacityGate]:
     # Other lanes start at a request's worth: when decoding is all the work, or the work
     # runs in worker processes, the slower ramp only starves it (a plain JSONL epoch 10-20%
     # slower, peers.py; images in 2 workers: first batch 1.44 -> 1.97 s, images.py).
-    in_process = any(
-        op.per_item and not op.processes and op.executor is None for op in spec.steps
-    )
+    in_process = any(op.per_item and not op.processes and op.executor is None for op in spec.steps)
     elsewhere = spec.decode_processes > 0 or any(s.processes or s.executor for s in spec.steps)
     start = 1 if in_process and not elsewhere else spec.source.max_request_bytes
     return {lane: CapacityGate(share, start) for lane in spec.my_lanes}

@@ -25,6 +25,7 @@ BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec
 
 __all__ = ["PipelineSpec", "default_rank", "fusable"]
 
+
 def fusable(before: Operator, after: Operator) -> bool:
     """Whether ``after`` runs in the same worker call as ``before``: both maps or filters
     on the same workers (the pool, or the same Ray executor)."""
@@ -94,8 +95,12 @@ class PipelineSpec:
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
         if not isinstance(self.max_skipped, int) or self.max_skipped < 0:
             raise ConfigError(f"max_skipped must be an int >= 0, got {self.max_skipped!r}")
-        for name in ("fetch_budget_bytes", "max_inflight_requests", "prefetch_blocks",
-                     "cache_limit_bytes"):  # fmt: skip
+        for name in (
+            "fetch_budget_bytes",
+            "max_inflight_requests",
+            "prefetch_blocks",
+            "cache_limit_bytes",
+        ):
             if getattr(self, name) < 1:
                 label = "prefetch" if name == "prefetch_blocks" else name
                 raise ConfigError(f"{label} must be >= 1, got {getattr(self, name)}")
@@ -158,9 +163,10 @@ class PipelineSpec:
         before its first block), the decoders' included."""
         fns = [d.codec for d in self.source.datasets] if self.decode_processes else []
         fns += [
-            op.fn for op in self.steps if isinstance(op, ItemOperator) and op.processes
-            and op.executor is None
-        ]  # fmt: skip
+            op.fn
+            for op in self.steps
+            if isinstance(op, ItemOperator) and op.processes and op.executor is None
+        ]
         names = [getattr(fn, "__module__", None) or type(fn).__module__ for fn in fns]
         names = [n for n in names if n and n != "__main__"]
         # and what those modules import lazily, for their workers (e.g. the JPEG decoder)

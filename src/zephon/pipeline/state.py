@@ -102,8 +102,10 @@ def checkpoint(spec: PipelineSpec, received: Received, resume: Resume) -> dict[s
     received.settle()
     lanes: dict[str, Any] = {}
     for lane in spec.my_lanes:
-        entry: dict[str, Any] = {"items": received.items.get(lane, 0),
-                                 "ended": lane in received.ended}  # fmt: skip
+        entry: dict[str, Any] = {
+            "items": received.items.get(lane, 0),
+            "ended": lane in received.ended,
+        }
         if lane in received.position:
             entry.update(lane_entry(received.position[lane], spec.stateful_steps))
         elif lane in resume.lanes:
@@ -136,8 +138,11 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     if not isinstance(state, dict) or state.get("zephon_checkpoint") != CHECKPOINT_VERSION:
         raise StateMismatch("not a Zephon pipeline checkpoint")
     ours = spec.identity()
-    diffs = [f"{key}: checkpoint has {state.get(key)!r}, this pipeline has {ours[key]!r}"
-             for key in ("ops", "on_error") if state.get(key) != ours[key]]  # fmt: skip
+    diffs = [
+        f"{key}: checkpoint has {state.get(key)!r}, this pipeline has {ours[key]!r}"
+        for key in ("ops", "on_error")
+        if state.get(key) != ours[key]
+    ]
     if diffs:
         raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
     _check_locations(spec, state.get("locations"))
@@ -147,9 +152,18 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     if state.get("lanes") != spec.lanes:
         history, residues = relane(spec, state, history)
         zeros = [0] * spec.stateful_steps
-        lanes = {lane: {"cursor": None, "delivered": 0, "ops": zeros, "state": None,
-                        "mark": None, "residues": residues[lane]}
-                 for lane in spec.my_lanes if lane in residues}  # fmt: skip
+        lanes = {
+            lane: {
+                "cursor": None,
+                "delivered": 0,
+                "ops": zeros,
+                "state": None,
+                "mark": None,
+                "residues": residues[lane],
+            }
+            for lane in spec.my_lanes
+            if lane in residues
+        }
         return Resume(lanes=lanes, history=history)
     missing = [lane for lane in spec.my_lanes if str(lane) not in lane_states]
     if missing:

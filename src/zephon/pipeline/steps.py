@@ -60,10 +60,16 @@ def fused(steps: tuple[Operator, ...], indices: range) -> list[tuple[str, Operat
 
 
 def start_steps(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, tag: str,
-    current: Channel[Block], indices: range, lane: int, resume_mark: Mark | None,
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    tag: str,
+    current: Channel[Block],
+    indices: range,
+    lane: int,
+    resume_mark: Mark | None,
     budget: CapacityGate,
-) -> Channel[Block]:  # fmt: skip
+) -> Channel[Block]:
     """Start the steps ``indices`` of the chain on ``current``; returns their output.
 
     The lane's fetch ``budget`` (its slow start) grows by what its first step takes from
@@ -145,9 +151,13 @@ def _replay_plan(
 
 
 def _mark_replayed(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, tag: str,
-    source: Channel[Block], skips: np.ndarray,
-) -> Channel[Block]:  # fmt: skip
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    tag: str,
+    source: Channel[Block],
+    skips: np.ndarray,
+) -> Channel[Block]:
     """The lane's items with those at positions ``skips`` (counted from the restored window's
     start) replaced by :data:`REPLAYED`."""
     out = res.lane_channel(spec)
@@ -173,9 +183,15 @@ def _mark_replayed(
 
 
 async def _pooled(
-    tg: asyncio.TaskGroup, spec: PipelineSpec, res: Resources, op: ItemOperator,
-    source: Channel[Block], out: Channel[Block], stats: StageStats, name: str,
-) -> None:  # fmt: skip
+    tg: asyncio.TaskGroup,
+    spec: PipelineSpec,
+    res: Resources,
+    op: ItemOperator,
+    source: Channel[Block],
+    out: Channel[Block],
+    stats: StageStats,
+    name: str,
+) -> None:
     """An item operator in the worker pool or on Ray actors. Blocks are cut into
     pieces of about ``PIECE_BYTES`` of fetched data (at least two per worker), and two
     pieces per worker are in flight: every worker shares a large block (a few hundred images
@@ -197,14 +213,28 @@ async def _pooled(
             res.name_sample(exc)
             raise
 
-    await ordered(tg, pieces(), one, out, max(op.processes, 2 * workers), stats,
-                  deterministic=spec.deterministic, size=len)  # fmt: skip
+    await ordered(
+        tg,
+        pieces(),
+        one,
+        out,
+        max(op.processes, 2 * workers),
+        stats,
+        deterministic=spec.deterministic,
+        size=len,
+    )
 
 
 async def _in_process(
-    spec: PipelineSpec, res: Resources, op: ItemOperator, source: Channel[Block],
-    out: Channel[Block], stats: StageStats, name: str, after: int,
-) -> None:  # fmt: skip
+    spec: PipelineSpec,
+    res: Resources,
+    op: ItemOperator,
+    source: Channel[Block],
+    out: Channel[Block],
+    stats: StageStats,
+    name: str,
+    after: int,
+) -> None:
     """An item operator a block at a time on the run's helper thread (async ones in
     the loop), so fetching and delivery go on meanwhile. A lane's first items go in pieces
     of growing size: its first batch does not wait for a whole first chunk. The thread
@@ -247,9 +277,12 @@ async def first_pieces(blocks: AsyncIterator[Block], first: int) -> AsyncIterato
 
 
 async def _streamed(
-    op: StreamOperator, lane: LaneContext, source: Channel[Block], out: Channel[Block],
+    op: StreamOperator,
+    lane: LaneContext,
+    source: Channel[Block],
+    out: Channel[Block],
     max_bytes: int,
-) -> None:  # fmt: skip
+) -> None:
     """A stream operator over the lane. What it emits leaves in blocks of about
     ``max_bytes`` at most: a shuffle's window is one block, and whole windows of large
     records in every channel after it held several times the window (256 KiB records,

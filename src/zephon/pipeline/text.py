@@ -53,8 +53,18 @@ class TextSteps:
 
         self._check_before_batch("tokenize")
         inflight, remote = placement(processes, executor, None, "tokenizer")
-        tok, split = tokenize_ops(tokenizer, field, max_length, bos, eos, special_tokens,
-                                  split_long_samples, padding, pad_id, attention_mask)  # fmt: skip
+        tok, split = tokenize_ops(
+            tokenizer,
+            field,
+            max_length,
+            bos,
+            eos,
+            special_tokens,
+            split_long_samples,
+            padding,
+            pad_id,
+            attention_mask,
+        )
         out = self._with(Tokenize(tok, inflight, remote))
         return out._with(Apply(split)) if split is not None else out
 
@@ -134,8 +144,18 @@ class TextSteps:
         most ``max_sequences_per_bin`` documents in a row. ``to_training()`` after it gives
         labels that never cross documents, ``position_ids`` and ``cu_seqlens``."""
         chosen = None if fields is None else tuple(fields)
-        return self._pack(Packing(max_length, algorithm, pad_id, field, window, chosen,
-                                  min_sequence_length, max_sequences_per_bin))  # fmt: skip
+        return self._pack(
+            Packing(
+                max_length,
+                algorithm,
+                pad_id,
+                field,
+                window,
+                chosen,
+                min_sequence_length,
+                max_sequences_per_bin,
+            )
+        )
 
     def _pack(self, packing: Packing) -> Self:
         self._check_before_batch("pack")

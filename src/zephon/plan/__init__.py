@@ -2,6 +2,7 @@
 
 | module | owns |
 | --- | --- |
+| ``arguments`` | a work source's arguments, checked and normalised |
 | ``coalesce`` | From a chunk's sample pointers to range requests |
 | ``exhaustion`` | when a curriculum ends: per-dataset exhaustion policies as global draw counts |
 | ``lanes`` | How one dataset's draws are dealt out to lanes |

@@ -67,10 +67,23 @@ class PlannedReads:
                 ranges[i] = tuple(layout.span(0, 0))
         new = tuple.__new__  # the named tuple's own __new__ is a Python function: skip it
         return [
-            new(RangeRequest, (d, sh, uris[d][sh], versions[d][sh], rg, samples[a:b],
-                               slots[a:b], cursor, n, in_passes[a:b]))
+            new(
+                RangeRequest,
+                (
+                    d,
+                    sh,
+                    uris[d][sh],
+                    versions[d][sh],
+                    rg,
+                    samples[a:b],
+                    slots[a:b],
+                    cursor,
+                    n,
+                    in_passes[a:b],
+                ),
+            )
             for d, sh, rg, a, b in zip(d_o, sh_o, ranges, lo, hi, strict=True)
-        ]  # fmt: skip
+        ]
 
 
 def coalesce_chunks(
@@ -117,8 +130,9 @@ def coalesce_chunks(
             else:
                 starts[at], stops[at] = layout.starts(samples[at]), layout.stops(samples[at])
 
-    windows = _slot_windows(datasets, units, starts, stops, slots % chunk_size,
-                            window_bytes or max_bytes, chunk_size)  # fmt: skip
+    windows = _slot_windows(
+        datasets, units, starts, stops, slots % chunk_size, window_bytes or max_bytes, chunk_size
+    )
     keys = (datasets, shards, units, windows, starts)
     ordered = in_order(keys, within=chunk)  # storage order already (no shuffle, say)
     if ordered:
@@ -194,9 +208,13 @@ def coalesce_chunks(
 
 
 def _storage_order(
-    chunk: np.ndarray, datasets: np.ndarray, shards: np.ndarray, units: np.ndarray,
-    windows: np.ndarray, starts: np.ndarray,
-) -> np.ndarray:  # fmt: skip
+    chunk: np.ndarray,
+    datasets: np.ndarray,
+    shards: np.ndarray,
+    units: np.ndarray,
+    windows: np.ndarray,
+    starts: np.ndarray,
+) -> np.ndarray:
     """The stable order by (chunk, dataset, shard, unit, window, start). Each key costs a
     sort pass, so chunk, dataset and shard are packed into one integer when they fit and
     keys that do not vary (units and windows, mostly) are left out."""
@@ -211,9 +229,14 @@ def _storage_order(
 
 
 def _slot_windows(
-    datasets: np.ndarray, units: np.ndarray, starts: np.ndarray, stops: np.ndarray,
-    positions: np.ndarray, max_bytes: int, chunk_size: int,
-) -> np.ndarray:  # fmt: skip
+    datasets: np.ndarray,
+    units: np.ndarray,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    positions: np.ndarray,
+    max_bytes: int,
+    chunk_size: int,
+) -> np.ndarray:
     """Per pointer, the window of its chunk it may be read with: record samples of a
     dataset whose chunk weighs more than ``max_bytes`` are only coalesced within windows of
     about ``max_bytes`` of consecutive positions (``positions``: slots within the chunk).
@@ -233,8 +256,7 @@ def _slot_windows(
     counts = np.bincount(group[records])
     mean = sizes[group[records]] / counts[group[records]]
     per_window = np.maximum(1, (max_bytes // np.maximum(mean, 1.0)).astype(np.int64))
-    windows[records] = np.where(mean * chunk_size > max_bytes,
-                                positions[records] // per_window, 0)  # fmt: skip
+    windows[records] = np.where(mean * chunk_size > max_bytes, positions[records] // per_window, 0)
     return windows
 
 
@@ -287,7 +309,8 @@ def cut_requests(requests: Sequence[RangeRequest], skip: int, stop: int) -> list
             if not kept.any():
                 continue
             passes = None if request.passes is None else request.passes[kept]
-            request = request._replace(samples=request.samples[kept], slots=request.slots[kept],
-                                       passes=passes)  # fmt: skip
+            request = request._replace(
+                samples=request.samples[kept], slots=request.slots[kept], passes=passes
+            )
         out.append(request)
     return sorted(out, key=lambda r: int(r.slots[0])) if skip else out

@@ -61,9 +61,13 @@ class Exhaustion:
 
     @classmethod
     def of(
-        cls, names: Sequence[str], policy: Any, max_repeats: Any, reshuffle: Any,
+        cls,
+        names: Sequence[str],
+        policy: Any,
+        max_repeats: Any,
+        reshuffle: Any,
         passes: int | None,
-    ) -> Exhaustion:  # fmt: skip
+    ) -> Exhaustion:
         """Raises ``ConfigError`` naming the argument (and dataset) at fault."""
         if passes is not None and (not isinstance(passes, int) or passes < 1):
             raise ConfigError(f"stop_after_passes must be an int >= 1 or None, got {passes!r}")

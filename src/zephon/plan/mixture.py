@@ -29,11 +29,13 @@ def rational_weights(weights: Sequence[float | int | Fraction]) -> list[Fraction
     """Normalised exact weights. Floats are taken as the nearest fraction with denominator at
     most 10**6 (0.7 -> 7/10), integers and fractions exactly."""
     fracs = [
-        w if isinstance(w, Fraction) else
-        Fraction(w) if isinstance(w, int) else
-        Fraction(w).limit_denominator(_MAX_DENOMINATOR)
+        w
+        if isinstance(w, Fraction)
+        else Fraction(w)
+        if isinstance(w, int)
+        else Fraction(w).limit_denominator(_MAX_DENOMINATOR)
         for w in weights
-    ]  # fmt: skip
+    ]
     total = sum(fracs, Fraction(0))
     return [f / total for f in fracs]
 

@@ -107,15 +107,15 @@ class DatasetOrder:
         name = self.manifest.name
         if self.shuffle == "global":
             keys = [key_of("global", self.seed, name, q) for q in passes]
-            return self._split(permute_keyed(ranks, self.n, keys, which), None,
-                               self._storage_cum)  # fmt: skip
+            return self._split(permute_keyed(ranks, self.n, keys, which), None, self._storage_cum)
         # Each pass's shard order and cumulative sizes as rows; every row lifted by
         # ``pass * n`` makes one sorted array, so one search places every rank in its row.
         count, width = len(passes), self.manifest.num_shards
         keys = [key_of("shards", self.seed, name, q) for q in passes]
         rows = np.repeat(np.arange(count, dtype=np.int64), width)
-        perms = permute_keyed(np.tile(np.arange(width, dtype=np.int64), count), width, keys,
-                              rows).reshape(count, width)  # fmt: skip
+        perms = permute_keyed(
+            np.tile(np.arange(width, dtype=np.int64), count), width, keys, rows
+        ).reshape(count, width)
         cum = np.zeros((count, width + 1), np.int64)
         np.cumsum(self.manifest.shard_samples[perms], axis=1, out=cum[:, 1:])
         if self.shuffle == "block":

@@ -39,8 +39,17 @@ class WorkChunk:
     :class:`RangeRequest` objects.
     """
 
-    __slots__ = ("_manifests", "_requests", "cursor", "datasets", "next_cursor", "passes",
-                 "reads", "samples", "shards")  # fmt: skip
+    __slots__ = (
+        "_manifests",
+        "_requests",
+        "cursor",
+        "datasets",
+        "next_cursor",
+        "passes",
+        "reads",
+        "samples",
+        "shards",
+    )
 
     def __init__(
         self,
@@ -70,8 +79,9 @@ class WorkChunk:
     @property
     def requests(self) -> list[RangeRequest]:
         if self._requests is None:
-            self._requests = self.reads.materialize(self._manifests, self.cursor, len(self),
-                                                    self.passes)  # fmt: skip
+            self._requests = self.reads.materialize(
+                self._manifests, self.cursor, len(self), self.passes
+            )
         return self._requests
 
 
@@ -79,9 +89,13 @@ class LanePlanner:
     """Plans lane ``lane`` of a work source whose datasets are split by ``splits``."""
 
     def __init__(
-        self, source: StaticMixtureWorkSource, lane: int, splits: Sequence[Draws],
-        chunks_at_once: int | None = None, window_bytes: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        source: StaticMixtureWorkSource,
+        lane: int,
+        splits: Sequence[Draws],
+        chunks_at_once: int | None = None,
+        window_bytes: int | None = None,
+    ) -> None:
         self.source = source
         self.window_bytes = window_bytes  # see coalesce_chunks
         self.lane = lane
@@ -143,22 +157,41 @@ class LanePlanner:
                 shards[where], samples[where], passes[where] = self._locate(
                     d, int(counts[d]), int(taken[d])
                 )
-        reads = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
-                                src.max_request_bytes, n, self.window_bytes)  # fmt: skip
+        reads = coalesce_chunks(
+            src.manifests,
+            picks,
+            shards,
+            samples,
+            src.coalesce_gap_bytes,
+            src.max_request_bytes,
+            n,
+            self.window_bytes,
+        )
         chunks = len(reads)
         if len(drawn) == 1:  # every pointer is that dataset's: chunk lengths are the counts
             per_chunk = np.zeros((chunks, k), np.int64)
             per_chunk[:, drawn[0]] = np.diff(np.minimum(np.arange(chunks + 1) * n, total))
         else:
-            per_chunk = np.bincount((np.arange(total) // n) * k + picks,
-                                    minlength=chunks * k).reshape(chunks, k)  # fmt: skip
+            per_chunk = np.bincount(
+                (np.arange(total) // n) * k + picks, minlength=chunks * k
+            ).reshape(chunks, k)
         after = (counts + np.cumsum(per_chunk, axis=0)).tolist()
         out = []
         for j in range(chunks):
             a, b = j * n, min(total, (j + 1) * n)
             nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + b - a, tuple(after[j]))
-            out.append(WorkChunk(cursor, picks[a:b], shards[a:b], samples[a:b], reads[j], nxt,
-                                 src.manifests, passes[a:b]))  # fmt: skip
+            out.append(
+                WorkChunk(
+                    cursor,
+                    picks[a:b],
+                    shards[a:b],
+                    samples[a:b],
+                    reads[j],
+                    nxt,
+                    src.manifests,
+                    passes[a:b],
+                )
+            )
             cursor = nxt
         return out
 
@@ -190,11 +223,23 @@ class LanePlanner:
                 passes[picks == d] = located[d][2][:got]
                 nbytes = src.manifests[d].sample_nbytes(located[d][0][:got], located[d][1][:got])
                 tokens_after[d] += float(nbytes.sum()) * ratios[d]
-        nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + len(picks),
-                     tuple(int(c) for c in counts + taken), tuple(tokens_after))  # fmt: skip
-        (reads,) = coalesce_chunks(src.manifests, picks, shards, samples, src.coalesce_gap_bytes,
-                                   src.max_request_bytes, len(picks),
-                                   self.window_bytes)  # fmt: skip
+        nxt = Cursor(
+            cursor.lane,
+            cursor.chunk + 1,
+            cursor.position + len(picks),
+            tuple(int(c) for c in counts + taken),
+            tuple(tokens_after),
+        )
+        (reads,) = coalesce_chunks(
+            src.manifests,
+            picks,
+            shards,
+            samples,
+            src.coalesce_gap_bytes,
+            src.max_request_bytes,
+            len(picks),
+            self.window_bytes,
+        )
         return WorkChunk(cursor, picks, shards, samples, reads, nxt, src.manifests, passes)
 
     def _locate(self, d: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

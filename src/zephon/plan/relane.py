@@ -86,9 +86,15 @@ class Relaned:
     """
 
     def __init__(
-        self, parent: Draws, cuts: list[int], lanes: int, chunk_size: int, n: int,
-        offset: int, infinite: bool,
-    ) -> None:  # fmt: skip
+        self,
+        parent: Draws,
+        cuts: list[int],
+        lanes: int,
+        chunk_size: int,
+        n: int,
+        offset: int,
+        infinite: bool,
+    ) -> None:
         self.parent = parent
         self.lanes = lanes
         old = range(parent.lanes)

@@ -50,8 +50,9 @@ def default_chunk(
 
 
 def _bytes_chunk(manifests: list[Manifest], weights: Sequence[float]) -> int:
-    shares = np.asarray(weights if len(weights) == len(manifests) else [1.0] * len(manifests),
-                        dtype=np.float64)  # fmt: skip
+    shares = np.asarray(
+        weights if len(weights) == len(manifests) else [1.0] * len(manifests), dtype=np.float64
+    )
     sample = float(np.dot(shares / shares.sum(), [_head_sample_bytes(m) for m in manifests]))
     want = math.log2(max(1.0, _CHUNK_TARGET_BYTES / max(1.0, sample)))
     return int(min(DEFAULT_CHUNK, max(_MIN_CHUNK, 2 ** round(want))))

@@ -8,25 +8,23 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
-from zephon.choices import ExhaustedPolicy, MixtureUnit, ShuffleMode, choices
+from zephon.choices import ExhaustedPolicy, MixtureUnit, ShuffleMode
 from zephon.errors import ConfigError, StateMismatch
+from zephon.plan.arguments import check_arguments, mixture_weights, tokens_per_byte_of
 from zephon.plan.coalesce import cut_requests
 from zephon.plan.exhaustion import Exhaustion
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
 from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
-from zephon.plan.order import SHUFFLES, DatasetOrder
+from zephon.plan.order import DatasetOrder
 from zephon.plan.planner import PLAN_SLICE_S, LanePlanner, WorkChunk
 from zephon.plan.relane import Draws, Relaned
 from zephon.plan.runs import default_chunk, default_run, probe_sample_bytes
 from zephon.refs import Cursor, RangeRequest
 
 __all__ = ["StaticMixtureWorkSource", "WorkChunk"]
-
-_UNITS: tuple[str, ...] = choices(MixtureUnit)
 
 
 class StaticMixtureWorkSource:
@@ -97,12 +95,20 @@ class StaticMixtureWorkSource:
             d if isinstance(d, Manifest) else Manifest.from_dataset(d) for d in datasets
         ]
         self.names = names = [m.name for m in self.manifests]
-        self.weights = self._weights(mixture)
+        self.weights = mixture_weights(names, [m.num_samples for m in self.manifests], mixture)
         if chunk_size is None:
             shares = [float(w) for w in self.weights]
             chunk_size = default_chunk(self.manifests, mixture_unit, shares)
-        _check_arguments(self.manifests, shuffle, mixture_unit, chunk_size, block_size, run_size,
-                         coalesce_gap_bytes, max_request_bytes)  # fmt: skip
+        check_arguments(
+            self.manifests,
+            shuffle,
+            mixture_unit,
+            chunk_size,
+            block_size,
+            run_size,
+            coalesce_gap_bytes,
+            max_request_bytes,
+        )
         self.exhaustion = Exhaustion.of(
             names, exhausted_policy, max_repeats, reshuffle_on_repeat, stop_after_passes
         )
@@ -112,7 +118,7 @@ class StaticMixtureWorkSource:
         self.mixture_unit = mixture_unit
         self.coalesce_gap_bytes = coalesce_gap_bytes
         self.max_request_bytes = max_request_bytes
-        self.tokens_per_byte = self._tokens_per_byte(tokens_per_byte)
+        self.tokens_per_byte = tokens_per_byte_of(names, mixture_unit, tokens_per_byte)
         self.block_sizes = [
             block_size
             or chunk_size * math.ceil(4 * m.num_samples / max(1, m.num_shards) / chunk_size)
@@ -129,47 +135,6 @@ class StaticMixtureWorkSource:
         self.schedule = SampleSchedule(self.weights)
         self.token_schedule = TokenSchedule(self.weights) if mixture_unit == "tokens" else None
         self._ends: list[int] | bool | None = False  # end counts, computed when first planned
-
-    def _weights(self, mixture: Mapping[str, float] | None) -> list[Fraction]:
-        if mixture is None:
-            return rational_weights([m.num_samples for m in self.manifests])
-        if not isinstance(mixture, Mapping):
-            example = {n: 1.0 for n in self.names}
-            raise ConfigError(f"mixture must map dataset names to weights, e.g. {example}; "
-                              f"got {type(mixture).__name__}")  # fmt: skip
-        unknown = sorted(set(mixture) - set(self.names))
-        missing = sorted(set(self.names) - set(mixture))
-        if unknown or missing:
-            raise ConfigError(
-                f"mixture names must match the datasets {self.names}: "
-                f"unknown {unknown}, missing {missing}"
-            )
-        bad = {k: v for k, v in mixture.items() if not (isinstance(v, int | float) and v > 0)}
-        if bad:
-            raise ConfigError(f"mixture weights must be positive numbers, got {bad}")
-        return rational_weights([mixture[n] for n in self.names])
-
-    def _tokens_per_byte(
-        self, given: Mapping[str, float] | float | None
-    ) -> list[float | None] | None:
-        if self.mixture_unit != "tokens":
-            if given is not None:
-                raise ConfigError("tokens_per_byte applies only with mixture_unit='tokens'")
-            return None
-        if isinstance(given, int | float) and not isinstance(given, bool):
-            given = dict.fromkeys(self.names, float(given))  # one ratio for every dataset
-        if given is not None and not isinstance(given, Mapping):
-            raise ConfigError(
-                f"tokens_per_byte must be a number or a {{dataset: number}} mapping, got {given!r}"
-            )
-        given = dict(given or {})
-        unknown = sorted(set(given) - set(self.names))
-        if unknown:
-            raise ConfigError(f"tokens_per_byte names unknown datasets {unknown}")
-        if any(not v > 0 for v in given.values()):
-            raise ConfigError(f"tokens_per_byte must be positive, got {given}")
-        # Datasets left out are measured later: see calibrate().
-        return [float(given[n]) if n in given else None for n in self.names]
 
     def uncalibrated(self) -> list[str]:
         """Datasets of a token mixture whose tokens-per-byte ratio is not known yet."""
@@ -309,35 +274,54 @@ class StaticMixtureWorkSource:
         out: list[Draws] = []
         offset = 0  # each generation's staircase runs over the datasets in order
         for d, m in enumerate(self.manifests):
-            out.append(LaneSplit.of(m.num_samples, first, self.chunk_size, offset,
-                                    None if ends is None else ends[d]))  # fmt: skip
+            out.append(
+                LaneSplit.of(
+                    m.num_samples, first, self.chunk_size, offset, None if ends is None else ends[d]
+                )
+            )
             offset += out[-1].extras()
         for gen in history:
             offset = 0
             for d, m in enumerate(self.manifests):
-                out[d] = Relaned(out[d], [int(c) for c in gen["cuts"][d]], int(gen["lanes"]),
-                                 self.chunk_size, m.num_samples, offset, ends is None)  # fmt: skip
+                out[d] = Relaned(
+                    out[d],
+                    [int(c) for c in gen["cuts"][d]],
+                    int(gen["lanes"]),
+                    self.chunk_size,
+                    m.num_samples,
+                    offset,
+                    ends is None,
+                )
                 offset += out[d].extras()
         if out[0].lanes != lanes:
             raise StateMismatch(f"the re-laning history ends at {out[0].lanes} lanes, not {lanes}")
         return out
 
     def relane(
-        self, lanes: int, history: Sequence[Mapping[str, Any]], cuts: Sequence[Sequence[int]],
+        self,
+        lanes: int,
+        history: Sequence[Mapping[str, Any]],
+        cuts: Sequence[Sequence[int]],
         new_lanes: int,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+    ) -> list[dict[str, Any]]:
         """``history`` with one more generation: ``lanes`` lanes that had made ``cuts[lane]``
         draws of each dataset, dealt to ``new_lanes`` lanes."""
         if len(cuts) != lanes or any(len(c) != len(self.manifests) for c in cuts):
             raise StateMismatch(f"re-laning needs the draws of all {lanes} lanes")
         by_dataset = [[int(cuts[i][d]) for i in range(lanes)] for d in range(len(self.manifests))]
-        return [*(dict(g) for g in history),
-                {"from_lanes": lanes, "lanes": new_lanes, "cuts": by_dataset}]  # fmt: skip
+        return [
+            *(dict(g) for g in history),
+            {"from_lanes": lanes, "lanes": new_lanes, "cuts": by_dataset},
+        ]
 
     def chunks(
-        self, lane: int = 0, lanes: int = 1, start: Cursor | None = None,
-        history: Sequence[Mapping[str, Any]] = (), window_bytes: int | None = None,
-    ) -> Iterator[WorkChunk]:  # fmt: skip
+        self,
+        lane: int = 0,
+        lanes: int = 1,
+        start: Cursor | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
+        window_bytes: int | None = None,
+    ) -> Iterator[WorkChunk]:
         """Plan lane ``lane`` of ``lanes`` chunk by chunk from ``start`` (default: the start),
         after the re-laning ``history`` (default: none). ``window_bytes`` (default
         ``max_request_bytes``): a chunk of large records is read within windows of about
@@ -354,10 +338,15 @@ class StaticMixtureWorkSource:
         return planner.chunks(cursor)
 
     async def requests(
-        self, lane: int = 0, lanes: int = 1, *, resume: Mapping[str, Any] | None = None,
-        history: Sequence[Mapping[str, Any]] = (), until: int | None = None,
+        self,
+        lane: int = 0,
+        lanes: int = 1,
+        *,
+        resume: Mapping[str, Any] | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
+        until: int | None = None,
         window_bytes: int | None = None,
-    ) -> AsyncIterator[RangeRequest]:  # fmt: skip
+    ) -> AsyncIterator[RangeRequest]:
         """Range requests of lane ``lane`` of ``lanes`` in curriculum order.
 
         With ``resume`` (a :meth:`state` dict), continues after the pointers it records as
@@ -386,30 +375,3 @@ class StaticMixtureWorkSource:
             if time.perf_counter() - since >= PLAN_SLICE_S:
                 await asyncio.sleep(0)
                 since = time.perf_counter()
-
-
-def _check_arguments(
-    manifests: Sequence[Manifest], shuffle: str, mixture_unit: str, chunk_size: int,
-    block_size: int | None, run_size: int | None, gap: int, max_request: int,
-) -> None:  # fmt: skip
-    """Raises ``ConfigError`` naming the first invalid argument of a work source."""
-    names = [m.name for m in manifests]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"datasets: names must be distinct, got {names}")
-    if shuffle not in SHUFFLES:
-        raise ConfigError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
-    if mixture_unit not in _UNITS:
-        raise ConfigError(f"mixture_unit must be one of {_UNITS}, got {mixture_unit!r}")
-    if chunk_size < 1:
-        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
-    if block_size is not None and block_size < 1:
-        raise ConfigError(f"block_size must be >= 1 or None, got {block_size}")
-    if gap < 0 or max_request < 1:
-        raise ConfigError("coalesce_gap_bytes must be >= 0 and max_request_bytes >= 1")
-    empty = [m.name for m in manifests if m.num_samples == 0]
-    if empty:
-        raise ConfigError(f"datasets {empty} have no samples")
-    if run_size is not None and (run_size < 1 or (chunk_size % run_size and run_size % chunk_size)):
-        raise ConfigError(
-            f"run_size must divide chunk_size ({chunk_size}) or be a multiple of it, got {run_size}"
-        )

@@ -85,8 +85,7 @@ class AzureBackend:
         env_conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
         explicit = any(o.get(k) for k in ("account_key", "sas_token", "credential", "anon"))
         if conn or (env_conn and not explicit and not self._account_url()):
-            self._service = aio.BlobServiceClient.from_connection_string(conn or env_conn,
-                                                                         **kwargs)  # fmt: skip
+            self._service = aio.BlobServiceClient.from_connection_string(conn or env_conn, **kwargs)
             return self._service
         url = self._account_url()
         if url is None:
@@ -189,8 +188,9 @@ class AzureBackend:
             return [], None
         except Exception as exc:
             raise _translate(exc, prefix) from None
-        infos = [ObjectInfo(f"{scheme}://{bucket}/{b.name}", int(b.size), _etag(b.etag))
-                 for b in page]  # fmt: skip
+        infos = [
+            ObjectInfo(f"{scheme}://{bucket}/{b.name}", int(b.size), _etag(b.etag)) for b in page
+        ]
         return infos, pages.continuation_token or None
 
     async def aclose(self) -> None:
@@ -232,8 +232,9 @@ def _translate(exc: BaseException, uri: str) -> StorageError:
     if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
         return AccessDenied("access denied", uri=uri, status=status, code=code)
     if isinstance(exc, ResourceModifiedError) or status == 412:
-        return ObjectChanged("object changed since it was first seen", uri=uri, status=status,
-                             code=code)  # fmt: skip
+        return ObjectChanged(
+            "object changed since it was first seen", uri=uri, status=status, code=code
+        )
     if status in (429, 503) or code in ("ServerBusy", "OperationTimedOut"):
         return Throttled("throttled", uri=uri, status=status, code=code)
     if status is not None and status >= 500:

@@ -80,8 +80,10 @@ class DiskCache:
         now = time.time()
         with contextlib.ExitStack() as stack:
             try:  # every file opened first: an entry evicted after this stays readable
-                files = [(stack.enter_context(open(folder / f"{a}-{b}", "rb")), a, lo, hi)
-                         for a, b, lo, hi in plan]  # fmt: skip
+                files = [
+                    (stack.enter_context(open(folder / f"{a}-{b}", "rb")), a, lo, hi)
+                    for a, b, lo, hi in plan
+                ]
             except FileNotFoundError:  # evicted between the listing and the open
                 self.stats.misses += 1
                 return None

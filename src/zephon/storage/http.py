@@ -69,8 +69,9 @@ class HTTPBackend:
             )
         return self._session
 
-    async def _call(self, method: str, uri: str, headers: dict[str, str],
-                    read: bool = True) -> tuple[int, Any, bytes]:  # fmt: skip
+    async def _call(
+        self, method: str, uri: str, headers: dict[str, str], read: bool = True
+    ) -> tuple[int, Any, bytes]:
         try:
             async with self._get_session().request(method, uri, headers=headers) as resp:
                 body = await resp.read() if method == "GET" and read else b""
@@ -106,13 +107,17 @@ class HTTPBackend:
             status, headers, _ = await self._call(
                 "GET", uri, {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, read=False
             )
-            size = (total_from_content_range(headers.get("Content-Range")) if status == 206
-                    else headers.get("Content-Length"))  # fmt: skip
+            size = (
+                total_from_content_range(headers.get("Content-Range"))
+                if status == 206
+                else headers.get("Content-Length")
+            )
         if status not in (200, 206):
             raise error_for_status(status, uri)
         if size is None:
-            raise ConfigError(f"server sent no Content-Length for {redact_uri(uri)}; cannot "
-                              "read by range")  # fmt: skip
+            raise ConfigError(
+                f"server sent no Content-Length for {redact_uri(uri)}; cannot read by range"
+            )
         return ObjectInfo(uri, int(size), _version_of(headers) or "")
 
     async def put(self, uri: str, data: bytes) -> ObjectInfo:

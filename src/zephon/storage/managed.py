@@ -153,8 +153,9 @@ class ManagedStorage:
             data, size[0] = await self.backend.get_range(uri, 0, guess, None)
             if len(data) != min(guess, size[0]):
                 self.stats.truncated += 1
-                raise TruncatedRead(f"body of {len(data)} bytes for the range [0, {guess})",
-                                    uri=uri)  # fmt: skip
+                raise TruncatedRead(
+                    f"body of {len(data)} bytes for the range [0, {guess})", uri=uri
+                )
             return data
 
         async with self.budget.hold(min(guess, self.limits.max_inflight_bytes)):

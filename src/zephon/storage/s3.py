@@ -99,8 +99,7 @@ def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
         return ConfigError(f"invalid S3 request ({type(exc).__name__}) for {redact_uri(uri)}")
     if isinstance(exc, BotoCoreError | aiohttp.ClientError | ConnectionError | TimeoutError):
         endpoint = _endpoint_of(exc)
-        hint = (f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)"
-                if endpoint else "")  # fmt: skip
+        hint = f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)" if endpoint else ""
         if isinstance(exc, EndpointConnectionError | aiohttp.ClientConnectorError):
             return Unreachable(f"connection failed{hint} ({cause_of(exc)})", uri=uri)
         return error_for_connection(exc, uri, hint)

@@ -120,9 +120,13 @@ class FaultProxy:
     def _draw(self, method: str) -> str | None:
         """The fault for this request (counted in :attr:`injected`), ``None`` for none."""
         f, draw = self.faults, self._rng.random()
-        for name, rate in (("throttle", f.throttle_rate), ("reset", f.reset_rate),
-                           ("stall", f.stall_rate), ("trickle", f.trickle_rate),
-                           ("truncate", f.truncate_rate)):  # fmt: skip
+        for name, rate in (
+            ("throttle", f.throttle_rate),
+            ("reset", f.reset_rate),
+            ("stall", f.stall_rate),
+            ("trickle", f.trickle_rate),
+            ("truncate", f.truncate_rate),
+        ):
             if draw < rate:
                 if name in ("trickle", "truncate") and method != "GET":
                     return None
@@ -139,6 +143,8 @@ class FaultProxy:
         raise asyncio.CancelledError
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        """One request through the faults drawn for it, then to the upstream server.
+        Long because each fault is a branch that ends the request its own way."""
         f = self.faults
         self.served["requests"] += 1
         if f.latency_s:
@@ -256,8 +262,9 @@ class ProxyProcess:
         """Requests and body bytes passed through since the last reset."""
         import urllib.request
 
-        with urllib.request.urlopen(f"{self.url}/__proxy__/stats{'?reset=1' if reset else ''}",
-                                    timeout=10) as resp:  # fmt: skip
+        with urllib.request.urlopen(
+            f"{self.url}/__proxy__/stats{'?reset=1' if reset else ''}", timeout=10
+        ) as resp:
             counts: dict[str, int] = json.loads(resp.read())
         return {"requests": counts.get("requests", 0), "bytes": counts.get("bytes", 0)}
 

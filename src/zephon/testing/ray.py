@@ -44,13 +44,24 @@ class RayCluster:
         port = _free_port()
         ray = Path(sys.executable).with_name("ray")
         self._child = subprocess.Popen(
-            [str(ray), "start", "--head", "--block", f"--port={port}",
-             "--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}",
-             "--include-dashboard=false", "--disable-usage-stats",
-             f"--object-store-memory={256 << 20}"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            [
+                str(ray),
+                "start",
+                "--head",
+                "--block",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                f"--num-cpus={self.cpus}",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--object-store-memory={256 << 20}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
             start_new_session=True,
-        )  # fmt: skip
+        )
         assert self._child.stdout is not None
         for line in self._child.stdout:  # the head prints this once it serves
             if "Ray runtime started" in line:

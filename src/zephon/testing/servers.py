@@ -191,17 +191,23 @@ class GCSEmulator(_Emulator):
             self._proc = subprocess.Popen(
                 [
                     str(_get_binary_path()),
-                    "-scheme", "http",
-                    "-host", "127.0.0.1",
-                    "-port", str(port),
-                    "-external-url", self.url,
-                    "-backend", "memory",
-                    "-log-level", "error",
+                    "-scheme",
+                    "http",
+                    "-host",
+                    "127.0.0.1",
+                    "-port",
+                    str(port),
+                    "-external-url",
+                    self.url,
+                    "-backend",
+                    "memory",
+                    "-log-level",
+                    "error",
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             if self._wait_ready(deadline_s=20.0):
                 return self.url
             self.stop()
@@ -270,10 +276,22 @@ class Azurite(_Emulator):
             self.url = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
             self._tmp = tempfile.TemporaryDirectory(prefix="zephon-azurite-")
             self._proc = subprocess.Popen(
-                [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port),
-                 "--location", self._tmp.name, "--silent", "--skipApiVersionCheck", "--loose"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    binary,
+                    "--blobHost",
+                    "127.0.0.1",
+                    "--blobPort",
+                    str(port),
+                    "--location",
+                    self._tmp.name,
+                    "--silent",
+                    "--skipApiVersionCheck",
+                    "--loose",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             if self._wait_ready(port, deadline_s=30.0):
                 return self.url
             self.stop()
@@ -293,13 +311,18 @@ class Azurite(_Emulator):
         return False
 
     def storage_options(self) -> dict[str, Any]:
-        return {"account_url": self.url, "account_name": AZURITE_ACCOUNT,
-                "account_key": AZURITE_KEY}  # fmt: skip
+        return {
+            "account_url": self.url,
+            "account_name": AZURITE_ACCOUNT,
+            "account_key": AZURITE_KEY,
+        }
 
     @property
     def connection_string(self) -> str:
-        return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
-                f"AccountKey={AZURITE_KEY};BlobEndpoint={self.url};")  # fmt: skip
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={self.url};"
+        )
 
     def create_container(self, name: str) -> None:
         from azure.storage.blob import BlobServiceClient

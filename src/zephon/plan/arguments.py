@@ -1,0 +1,99 @@
+"""A work source's arguments, checked and normalised: every invalid one is a ``ConfigError``
+naming it, raised when the work source is built."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+from zephon.choices import MixtureUnit, choices
+from zephon.errors import ConfigError
+from zephon.plan.manifest import Manifest
+from zephon.plan.mixture import rational_weights
+from zephon.plan.order import SHUFFLES
+
+__all__ = ["check_arguments", "mixture_weights", "tokens_per_byte_of"]
+
+_UNITS: tuple[str, ...] = choices(MixtureUnit)
+
+
+def check_arguments(
+    manifests: Sequence[Manifest],
+    shuffle: str,
+    mixture_unit: str,
+    chunk_size: int,
+    block_size: int | None,
+    run_size: int | None,
+    gap: int,
+    max_request: int,
+) -> None:
+    """Raises ``ConfigError`` naming the first invalid argument of a work source."""
+    names = [m.name for m in manifests]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"datasets: names must be distinct, got {names}")
+    if shuffle not in SHUFFLES:
+        raise ConfigError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
+    if mixture_unit not in _UNITS:
+        raise ConfigError(f"mixture_unit must be one of {_UNITS}, got {mixture_unit!r}")
+    if chunk_size < 1:
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
+    if block_size is not None and block_size < 1:
+        raise ConfigError(f"block_size must be >= 1 or None, got {block_size}")
+    if gap < 0 or max_request < 1:
+        raise ConfigError("coalesce_gap_bytes must be >= 0 and max_request_bytes >= 1")
+    empty = [m.name for m in manifests if m.num_samples == 0]
+    if empty:
+        raise ConfigError(f"datasets {empty} have no samples")
+    if run_size is not None and (run_size < 1 or (chunk_size % run_size and run_size % chunk_size)):
+        raise ConfigError(
+            f"run_size must divide chunk_size ({chunk_size}) or be a multiple of it, got {run_size}"
+        )
+
+
+def mixture_weights(
+    names: Sequence[str], sizes: Sequence[int], mixture: Mapping[str, float] | None
+) -> list[Fraction]:
+    """Exact weights of the datasets ``names``: by ``mixture``, else by their sizes."""
+    if mixture is None:
+        return rational_weights(list(sizes))
+    if not isinstance(mixture, Mapping):
+        example = {n: 1.0 for n in names}
+        raise ConfigError(
+            f"mixture must map dataset names to weights, e.g. {example}; "
+            f"got {type(mixture).__name__}"
+        )
+    unknown = sorted(set(mixture) - set(names))
+    missing = sorted(set(names) - set(mixture))
+    if unknown or missing:
+        raise ConfigError(
+            f"mixture names must match the datasets {names}: unknown {unknown}, missing {missing}"
+        )
+    bad = {k: v for k, v in mixture.items() if not (isinstance(v, int | float) and v > 0)}
+    if bad:
+        raise ConfigError(f"mixture weights must be positive numbers, got {bad}")
+    return rational_weights([mixture[n] for n in names])
+
+
+def tokens_per_byte_of(
+    names: Sequence[str], mixture_unit: str, given: Mapping[str, float] | float | None
+) -> list[float | None] | None:
+    """Per dataset, the tokens-per-byte ratio given (``None`` where it will be measured),
+    or ``None`` unless the mixture is by tokens."""
+    if mixture_unit != "tokens":
+        if given is not None:
+            raise ConfigError("tokens_per_byte applies only with mixture_unit='tokens'")
+        return None
+    if isinstance(given, int | float) and not isinstance(given, bool):
+        given = dict.fromkeys(names, float(given))  # one ratio for every dataset
+    if given is not None and not isinstance(given, Mapping):
+        raise ConfigError(
+            f"tokens_per_byte must be a number or a {{dataset: number}} mapping, got {given!r}"
+        )
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ConfigError(f"tokens_per_byte names unknown datasets {unknown}")
+    if any(not v > 0 for v in given.values()):
+        raise ConfigError(f"tokens_per_byte must be positive, got {given}")
+    # Datasets left out are measured later: see calibrate().
+    return [float(given[n]) if n in given else None for n in names]
