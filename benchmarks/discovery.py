@@ -81,7 +81,7 @@ def _new_formats(shards: int, n: int, client: Any, options: dict[str, Any], run:
     import lance
     import vortex as vx
 
-    from zephon.dataset.lance import lance_options
+    from zephon.formats.lance import lance_options
 
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(shards):

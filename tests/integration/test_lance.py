@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.dataset.lance import lance_options
 from zephon.errors import ConfigError
+from zephon.formats.lance import lance_options
 from zephon.testing import S3Endpoint
 
 lance = pytest.importorskip("lance")

@@ -80,3 +80,42 @@ def test_an_untyped_caller_passing_another_value_gets_a_config_error(
 ) -> None:
     with pytest.raises(ConfigError):
         make(ds)
+
+
+def test_the_format_registry_is_the_format_choices() -> None:
+    """``format=`` allows exactly the formats the registry lists; a format found by its
+    extension brings its index builder and codec with it."""
+    from zephon.choices import DatasetFormat, choices
+    from zephon.dataset.registry import FORMATS
+
+    assert set(FORMATS) == set(choices(DatasetFormat))
+    for name, found in FORMATS.items():
+        if found.found_by == "extension":
+            assert found.extensions and found.index is not None and found.codec is not None, name
+
+
+def test_every_codec_is_a_codec() -> None:
+    from zephon.formats.codec import BaseCodec, Codec
+    from zephon.formats.jsonl import JsonlCodec
+    from zephon.formats.lance import LanceCodec
+    from zephon.formats.litdata import LitDataCodec
+    from zephon.formats.mds import MdsCodec
+    from zephon.formats.parquet import ParquetCodec
+    from zephon.formats.project import ProjectedCodec
+    from zephon.formats.vortex import VortexCodec
+    from zephon.formats.webdataset import WebDatasetCodec
+
+    for cls in (
+        JsonlCodec,
+        LanceCodec,
+        LitDataCodec,
+        MdsCodec,
+        ParquetCodec,
+        ProjectedCodec,
+        VortexCodec,
+        WebDatasetCodec,
+    ):
+        assert issubclass(cls, BaseCodec), cls
+        members = ["reads_itself", "takes_arrays", "decode", "use_disk_cache", "bind_storage"]
+        assert all(m in Codec.__annotations__ or hasattr(Codec, m) for m in members)
+        assert all(hasattr(cls, m) for m in members), cls

@@ -6,10 +6,9 @@
 | ``cache`` | Where shard indexes are kept between runs |
 | ``core`` | The Dataset: a named, ordered collection of shards with known sample counts |
 | ``discover`` | Discovery: from a path to a :class:`~zephon.dataset.core.Dataset` |
-| ``lance`` | Lance datasets (``pylance``, the ``lance`` extra): fragments are shards |
 | ``locate`` | Where a dataset is: the objects a path names |
 | ``names`` | What object names say: the format an extension implies, shard order |
-| ``vortex`` | Vortex files (``vortex-data`` |
+| ``registry`` | the formats Zephon reads, in one table: extensions, index builders, codecs |
 """
 
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex

@@ -17,8 +17,7 @@ from zephon.dataset.cache import (
     PersistentIndex,
     default_cache_dir,
 )
-from zephon.dataset.discover import Discovered, DiscoveryStats, discover
-from zephon.dataset.lance import discover_lance, is_lance_path
+from zephon.dataset.discover import Discovered, DiscoveryStats, discover, discover_lance
 from zephon.errors import ConfigError, redact_uri
 from zephon.formats.blob import Blob
 from zephon.formats.index import (
@@ -28,6 +27,7 @@ from zephon.formats.index import (
     StreamIndex,
     WholeIndex,
 )
+from zephon.formats.lance import is_lance_path
 from zephon.refs import ShardInfo, path_of
 from zephon.storage import (
     DiskCache,
@@ -87,8 +87,7 @@ class Dataset:
         self.columns = list(columns) if columns is not None else None
         self._storage_options = dict(storage_options or {})
         self._scan_keep = found.keep
-        if hasattr(self.codec, "bind_storage"):  # codecs that read shards themselves
-            self.codec.bind_storage(self._storage_options)
+        self.codec.bind_storage(self._storage_options)  # for codecs that read by themselves
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephon.choices import DatasetFormat, choices
-from zephon.dataset.builders import build_jsonl, build_parquet, build_records, build_tar
+from zephon.dataset.builders import build_records
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
 from zephon.dataset.locate import locate, read_whole
 from zephon.dataset.names import basename as _basename
 from zephon.dataset.names import format_of, is_jsonl_by_name, natural_key
 from zephon.dataset.names import not_a_shard as _hidden
-from zephon.dataset.vortex import VortexCodec, vortex_index
+from zephon.dataset.registry import FORMATS as FORMATS_BY_NAME
+from zephon.dataset.registry import SHARD_FORMATS
 from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
 from zephon.formats import parquet as parquet_format
+from zephon.formats.codec import Codec
 from zephon.formats.index import (
     FragmentIndex,
     RecordIndex,
@@ -34,18 +36,24 @@ from zephon.formats.index import (
     WholeIndex,
 )
 from zephon.formats.jsondata import parse_json
-from zephon.formats.jsonl import JsonlCodec
+from zephon.formats.lance import lance_shards
 from zephon.formats.litdata import LitDataCodec, parse_litdata_index
 from zephon.formats.mds import MdsCodec, parse_mds_index
-from zephon.formats.parquet import ParquetCodec
 from zephon.formats.project import ProjectedCodec
-from zephon.formats.webdataset import WebDatasetCodec
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage
 from zephon.storage.keep import ScanKeep
 from zephon.storage.uri import scheme_of
 
-__all__ = ["FORMATS", "Discovered", "DiscoveryStats", "discover", "format_of", "natural_key"]
+__all__ = [
+    "FORMATS",
+    "Discovered",
+    "DiscoveryStats",
+    "discover",
+    "discover_lance",
+    "format_of",
+    "natural_key",
+]
 
 FORMATS: tuple[str, ...] = choices(DatasetFormat)
 AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex
@@ -72,7 +80,7 @@ class Discovered:
     root: str
     shards: list[ShardInfo]
     indexes: list[AnyIndex]
-    codec: Any
+    codec: Codec
     format_meta: dict[str, Any]
     stats: DiscoveryStats = field(default_factory=DiscoveryStats)
     keep: ScanKeep | None = None  # what scans read, for the first epoch
@@ -144,25 +152,16 @@ async def _simple_format(
     )
     if not shards:
         raise FormatError(f"no {fmt} shards found", dataset=ctx.name, uri=ctx.root)
-    st = ctx.storage
-    builders: dict[str, Callable[[ObjectInfo], Awaitable[AnyIndex]]] = {
-        "jsonl": lambda i: build_jsonl(st, i, ctx.name, ctx.keep),
-        "parquet": lambda i: build_parquet(st, i, ctx.name, None),
-        "webdataset": lambda i: build_tar(st, i, ctx.name, ctx.keep),
-        "vortex": lambda i: vortex_index(st, i, ctx.name, ctx.columns),
-    }
-    build = builders[fmt]
+    found = SHARD_FORMATS[fmt]
+    assert found.index is not None and found.codec is not None
+    build = found.index
     indexes = await _bounded(
-        [functools.partial(_index_for, ctx, i, fmt, functools.partial(build, i)) for i in shards]
+        [
+            functools.partial(_index_for, ctx, i, fmt, functools.partial(build, ctx, i))
+            for i in shards
+        ]
     )
-    if fmt == "jsonl":
-        codec: Any = JsonlCodec(ctx.name)
-    elif fmt == "parquet":
-        codec = ParquetCodec(ctx.name, ctx.columns)
-    elif fmt == "vortex":
-        codec = VortexCodec(ctx.name, ctx.root, ctx.columns)
-    else:
-        codec = WebDatasetCodec(ctx.name)
+    codec = found.codec(ctx)
     return shards, indexes, codec
 
 
@@ -252,7 +251,7 @@ async def _indexed_format(
         columns = {
             ctx.root + name: (cols[0], cols[1], cols[2]) for name, cols in meta["columns"].items()
         }
-        codec: Any = MdsCodec(ctx.name, columns, ctx.allow_pickle)
+        codec: Codec = MdsCodec(ctx.name, columns, ctx.allow_pickle)
     else:
         codec = LitDataCodec(ctx.name, meta["config"], ctx.allow_pickle)
     return infos, indexes, codec, meta
@@ -372,7 +371,7 @@ async def discover(
         if index_json is not None and ctx.persistent is None and format in (None, "mds", "litdata"):
             raw_index = await read_whole(storage, index_json)
         fmt = format or _detect(ctx, objects, index_json, raw_index)
-        if fmt in ("mds", "litdata"):
+        if FORMATS_BY_NAME[fmt].found_by == "index_json":
             infos, indexes, codec, meta = await _indexed_format(
                 ctx, fmt, index_json, raw_index, objects
             )
@@ -391,10 +390,21 @@ async def discover(
         ShardInfo(i.uri, idx.num_samples, i.size_bytes, i.version)
         for i, idx in zip(infos, indexes, strict=True)
     ]
-    if ctx.columns is not None and fmt not in ("parquet", "vortex"):  # they project as they read
+    if ctx.columns is not None and not FORMATS_BY_NAME[fmt].projects_itself:
         codec = ProjectedCodec(codec, ctx.columns)
     stats.requests = storage.stats.requests - before[0]
     stats.bytes_read = storage.stats.bytes_read - before[1]
     stats.seconds = time.perf_counter() - started
     keep = ctx.keep if ctx.keep is not None and ctx.keep.kept else None
     return Discovered(fmt, root, shards, indexes, codec, meta, stats, keep)
+
+
+async def discover_lance(
+    name: str, path: str, options: dict[str, Any], columns: Sequence[str] | None
+) -> Discovered:
+    """The Lance dataset at ``path``: its manifest read (no listing, no shard bytes)."""
+    started = time.perf_counter()
+    root, shards, indexes, codec, meta = await lance_shards(name, path, options, columns)
+    stats = DiscoveryStats()
+    stats.seconds = time.perf_counter() - started
+    return Discovered("lance", root, shards, list(indexes), codec, meta, stats)

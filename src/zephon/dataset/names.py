@@ -6,17 +6,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from zephon.dataset.registry import JSONL_COMPRESSIONS, SHARD_FORMATS
 from zephon.refs import path_of
 
 __all__ = ["basename", "format_of", "is_jsonl_by_name", "natural_key", "not_a_shard"]
 
-_JSONL_COMPRESSIONS = ("", ".gz", ".zst", ".zstd", ".bz2", ".xz")
-_EXTENSIONS = {
-    "jsonl": tuple(f"{base}{z}" for base in (".jsonl", ".json") for z in _JSONL_COMPRESSIONS),
-    "parquet": (".parquet", ".pq"),
-    "webdataset": (".tar",),
-    "vortex": (".vortex",),
-}
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -28,8 +22,8 @@ def natural_key(uri: str) -> tuple[Any, ...]:
 def format_of(uri: str) -> str | None:
     """The format an object's extension implies, or ``None``."""
     lower = path_of(uri).lower()
-    for name, exts in _EXTENSIONS.items():
-        if lower.endswith(exts):
+    for name, found in SHARD_FORMATS.items():
+        if lower.endswith(found.extensions):
             return name
     return None
 
@@ -38,7 +32,7 @@ def is_jsonl_by_name(uri: str) -> bool:
     """A ``.jsonl`` file (compressed or not): JSON Lines by name, where a ``.json`` file may
     as well be another tool's metadata."""
     lower = path_of(uri).lower()
-    return lower.endswith(tuple(f".jsonl{z}" for z in _JSONL_COMPRESSIONS))
+    return lower.endswith(tuple(f".jsonl{z}" for z in JSONL_COMPRESSIONS))
 
 
 def basename(uri: str) -> str:

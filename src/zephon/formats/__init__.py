@@ -1,18 +1,22 @@
-"""Formats: shard indexes and decoders of fetched bytes. Synchronous and free of I/O, so that
-decoding can run in a process pool.
+"""Formats: shard indexes and codecs of fetched bytes (:mod:`.codec`). Synchronous and free
+of I/O, so that decoding can run in a process pool; the codecs that read by themselves
+(Vortex, Lance) go through Zephon's storage or the format's own reader, off the event loop.
 
 | module | owns |
 | --- | --- |
 | ``blob`` | The fetched bytes of one read: byte ranges of one shard |
+| ``codec`` | the codec protocol every format implements, and its defaults |
 | ``compression`` | Decompression for shards compressed as a whole: streamed (JSONL ``.gz`` |
 | ``index`` | Shard indexes: where each sample's bytes lie inside a shard |
 | ``jsondata`` | JSON read from data files (records, ``index.json`` files |
 | ``jsonl`` | JSON Lines: one JSON object per line |
+| ``lance`` | Lance datasets: fragments are shards, read by Lance itself |
 | ``litdata`` | LitData |
 | ``mds`` | MosaicML Streaming |
 | ``parquet`` | Parquet: the footer gives row counts and where every column chunk lies |
 | ``project`` | column projection for formats whose samples are whole records |
 | ``records`` | helpers shared by the "header + offsets + samples" layouts (MDS, LitData) |
 | ``thrift`` | A reader for the Thrift compact protocol, enough to walk a Parquet footer |
+| ``vortex`` | Vortex files: a shard per file, read through Zephon's storage |
 | ``webdataset`` | WebDataset: tar files where the members sharing a key |
 """

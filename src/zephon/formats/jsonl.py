@@ -16,6 +16,7 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
+from zephon.formats.codec import BaseCodec
 from zephon.formats.compression import Inflated, StreamDecompressor, stream_kind
 from zephon.formats.index import RecordIndex, StreamIndex
 from zephon.formats.jsondata import parse_json
@@ -80,7 +81,7 @@ class LineIndexer:
         return np.concatenate((starts, [self.size])).astype(np.int64)
 
 
-class JsonlCodec:
+class JsonlCodec(BaseCodec):
     """Decodes JSON Lines samples. Each sample is the parsed object (a ``dict``)."""
 
     format = "jsonl"

@@ -20,6 +20,7 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
+from zephon.formats.codec import BaseCodec
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.formats.jsondata import count, parse_json
@@ -245,7 +246,7 @@ def _unflatten(spec: dict[str, Any], leaves: list[Any], pos: int) -> tuple[Any, 
     raise ValueError(f"unsupported pytree node {kind!r}")
 
 
-class LitDataCodec:
+class LitDataCodec(BaseCodec):
     """Decodes LitData samples into the structure they were written with.
 
     Args:

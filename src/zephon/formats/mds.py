@@ -19,6 +19,7 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
+from zephon.formats.codec import BaseCodec
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.formats.jsondata import count, parse_json
@@ -150,7 +151,7 @@ def _decoder(encoding: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
     raise ValueError(f"unsupported MDS encoding {encoding!r}")
 
 
-class MdsCodec:
+class MdsCodec(BaseCodec):
     """Decodes MDS samples into ``{column: value}``.
 
     Args:

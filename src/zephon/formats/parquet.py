@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from zephon.arrays import distinct
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
+from zephon.formats.codec import BaseCodec
 from zephon.formats.index import RowGroupIndex
 from zephon.formats.thrift import read_struct
 from zephon.refs import ShardInfo
@@ -224,7 +225,7 @@ def _field(struct_: Any, key: int, kind: type, what: str) -> Any:
     return value
 
 
-class ParquetCodec:
+class ParquetCodec(BaseCodec):
     """Decodes Parquet rows. Each sample is a ``dict`` of the selected columns of one row.
 
     Args:

@@ -8,16 +8,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from zephon.errors import FormatError
+from zephon.formats.codec import BaseCodec, Codec
 from zephon.refs import ShardInfo
 
 __all__ = ["ProjectedCodec"]
 
 
-class ProjectedCodec:
+class ProjectedCodec(BaseCodec):
     """``codec``'s samples with only ``columns`` kept. A sample that lacks one of them is a
     :class:`FormatError` naming it (a silently missing field would surface much later)."""
 
-    def __init__(self, codec: Any, columns: Sequence[str]) -> None:
+    def __init__(self, codec: Codec, columns: Sequence[str]) -> None:
         self.codec = codec
         self.columns = list(columns)
         self.format = codec.format
@@ -41,3 +42,9 @@ class ProjectedCodec:
                         sample=int(i),
                     ) from None
             raise
+
+    def use_disk_cache(self, cache: Any) -> None:
+        self.codec.use_disk_cache(cache)
+
+    def bind_storage(self, options: dict[str, Any]) -> None:
+        self.codec.bind_storage(options)

@@ -16,6 +16,7 @@ import numpy as np
 
 from zephon.errors import FormatError
 from zephon.formats.blob import Blob
+from zephon.formats.codec import BaseCodec
 from zephon.formats.index import RecordIndex
 from zephon.refs import ShardInfo
 
@@ -218,7 +219,7 @@ def _members_in(view: memoryview, base: int) -> Iterator[tuple[str, memoryview]]
             pending = None
 
 
-class WebDatasetCodec:
+class WebDatasetCodec(BaseCodec):
     """Decodes WebDataset samples into ``{"__key__": key, ext: bytes}``."""
 
     format = "webdataset"

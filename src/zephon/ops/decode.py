@@ -17,6 +17,7 @@ import numpy as np
 
 from zephon.errors import FormatError, ZephonError, redact_uri
 from zephon.formats.blob import Blob, Bytes
+from zephon.formats.codec import Codec
 from zephon.ops.block import ChunkRows
 from zephon.refs import Cursor, ShardInfo
 
@@ -47,7 +48,7 @@ class SkipLedger:
 class DecodeJob:
     """Everything a worker needs to decode one read: small and picklable."""
 
-    codec: Any
+    codec: Codec
     shard: ShardInfo
     index: Any
     parts: list[tuple[int, Bytes]]
@@ -66,13 +67,13 @@ class DecodeJob:
 
 def decode_job(job: DecodeJob) -> tuple[list[Any], list[tuple[int, str]]]:
     """Decode a read; with ``skip``, failures are returned as ``(position, message)``."""
-    if job.cache is not None and hasattr(job.codec, "use_disk_cache"):
+    if job.cache is not None:
         job.codec.use_disk_cache(job.cache)
     blob = Blob(job.parts)
     # Codecs take a list of ints (they index and loop in Python, where numpy scalars are slow)
     # unless they say they work on the array itself.
     samples: Any = job.samples
-    if not getattr(job.codec, "takes_arrays", False):
+    if not job.codec.takes_arrays:
         samples = samples.tolist() if isinstance(samples, np.ndarray) else list(samples)
     try:
         return list(job.codec.decode(job.shard, job.index, blob, samples)), []

@@ -285,7 +285,7 @@ async def _decode_local(
             for f in group:
                 stats.items_in += 1
                 work = job(f)
-                if getattr(work.codec, "reads_itself", False):  # its own I/O: off the loop
+                if work.codec.reads_itself:  # its own I/O: off the loop
                     items, failed = await asyncio.to_thread(decode_job, work)
                 else:
                     items, failed = decode_job(work)

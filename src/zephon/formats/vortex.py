@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from zephon.errors import ConfigError, FormatError, ZephonError, native_reader_failure
 from zephon.formats.blob import Blob
+from zephon.formats.codec import BaseCodec
 from zephon.formats.index import FragmentIndex
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage, open_storage
@@ -114,7 +115,7 @@ def _close(
         loop.close()
 
 
-class VortexCodec:
+class VortexCodec(BaseCodec):
     """Rows of Vortex files as ``{column: value}`` dicts, scanned through Zephon's storage."""
 
     format = "vortex"

@@ -1,4 +1,5 @@
 """Lance datasets (``pylance``, the ``lance`` extra): fragments are shards, rows are samples.
+A codec that reads by itself.
 
 Discovery reads the dataset's manifest only (fragments and their row counts) and pins its
 version, so a checkpoint resumes on the same snapshot however the dataset grows. Rows are
@@ -13,7 +14,6 @@ Azure); any other key is passed through as Lance spells it.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,10 +21,11 @@ import numpy as np
 
 from zephon.errors import ConfigError, FormatError, NotFound, native_reader_failure
 from zephon.formats.blob import Blob
+from zephon.formats.codec import BaseCodec
 from zephon.formats.index import FragmentIndex
 from zephon.refs import ShardInfo
 
-__all__ = ["LanceCodec", "discover_lance", "is_lance_path"]
+__all__ = ["LanceCodec", "is_lance_path", "lance_options", "lance_shards"]
 
 _S3_KEYS = {"endpoint_url": "aws_endpoint", "key": "aws_access_key_id",
             "secret": "aws_secret_access_key", "region_name": "aws_region",
@@ -74,13 +75,11 @@ def _open(uri: str, options: dict[str, Any], version: int | None, name: str) -> 
         ) from None
 
 
-async def discover_lance(
+async def lance_shards(
     name: str, path: str, options: dict[str, Any], columns: Sequence[str] | None
-) -> Any:
-    """The :class:`~zephon.dataset.discover.Discovered` of the Lance dataset at ``path``."""
-    from zephon.dataset.discover import Discovered, DiscoveryStats
-
-    started = time.perf_counter()
+) -> tuple[str, list[ShardInfo], list[FragmentIndex], LanceCodec, dict[str, Any]]:
+    """``(root, shards, indexes, codec, meta)`` of the Lance dataset at ``path``, from its
+    manifest: a shard per fragment, pinned to the version read."""
     uri = path.rstrip("/")
 
     def read_manifest() -> tuple[int, list[tuple[int, int, int]], list[str]]:
@@ -108,14 +107,12 @@ async def discover_lance(
             raise ConfigError(f"dataset {name!r}: no columns {missing} in {uri} (it has {fields})")
     root = uri + "/"
     shards = [ShardInfo(f"{root}#fragment={fid}", n, size, str(version)) for fid, n, size in frags]
-    indexes: list[Any] = [FragmentIndex(n, size / n if n and size else 1.0) for _, n, size in frags]
+    indexes = [FragmentIndex(n, size / n if n and size else 1.0) for _, n, size in frags]
     codec = LanceCodec(name, uri, options, version, list(columns) if columns else None)
-    stats = DiscoveryStats()
-    stats.seconds = time.perf_counter() - started
-    return Discovered("lance", root, shards, indexes, codec, {"version": version}, stats)
+    return root, shards, indexes, codec, {"version": version}
 
 
-class LanceCodec:
+class LanceCodec(BaseCodec):
     """Rows of a Lance fragment as ``{column: value}`` dicts, read by Lance itself."""
 
     format = "lance"
