@@ -9,6 +9,12 @@ alternating in a rotated order each round, and the medians are compared.
   data with one and four lanes. Samples/s, head / base.
 - ``planner``: ``benchmarks/planner.py``'s children (every shuffle mode, the 70/30 mixture):
   planned pointers/s and peak RSS, head / base.
+- ``images``: 400 synthetic JPEGs (300-500 px) in memory through decode_image +
+  random_resized_crop(224) + flip + to_chw + batch(64), in process and with 2 worker
+  processes: images/s.
+- ``stall``: 4,000 ~1.6 KB documents in memory through tokenize("bytes") + shuffle(1024) +
+  pack(2048) + batch(8) on 4 lanes: the loader alone (batches/s), and a consumer that takes
+  20 ms per batch (its mean wait per batch after the first, in microseconds: lower is better).
 - ``small``: an endless curriculum over a dataset smaller than a chunk (1 or 40 in-memory
   records, so a chunk spans hundreds of passes): the first batch of 4, fresh and after
   ``restore()`` of a checkpoint taken 10 batches in, in microseconds (median of the passes).
@@ -16,15 +22,22 @@ alternating in a rotated order each round, and the medians are compared.
     .venv/bin/python benchmarks/revisions.py --base HEAD~1 pipeline
     .venv/bin/python benchmarks/revisions.py --base HEAD~1 planner --rounds 3
     .venv/bin/python benchmarks/revisions.py --base HEAD~1 small --rounds 3
+    .venv/bin/python benchmarks/revisions.py --base HEAD~1 images --rounds 3
+    .venv/bin/python benchmarks/revisions.py --base HEAD~1 stall --rounds 3
+
+The base tree gets the working tree's compiled JPEG binding when its C source is the same
+(``git archive`` holds sources only), so both decode through the same code.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,6 +53,8 @@ PIPELINE_CASES = ["jsonl:none", "jsonl:block", "parquet:none", "parquet:block",
                   "trivial:1", "trivial:4"]  # fmt: skip
 PLANNER_CASES = ["none", "shards", "block", "global", "block+mix", "global+mix"]
 SMALL_CASES = ["small-none:1", "small-block:1", "small-block:40", "small-global:40"]
+IMAGE_CASES = ["images:0", "images:2"]
+STALL_CASES = ["stall:loader", "stall:20ms"]
 
 
 def export(rev: str, into: Path) -> Path:
@@ -49,6 +64,10 @@ def export(rev: str, into: Path) -> Path:
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
+    source = into / "src" / "zephon" / "_jpeg.c"
+    if source.exists() and source.read_bytes() == (ROOT / "src/zephon/_jpeg.c").read_bytes():
+        for built in (ROOT / "src" / "zephon").glob("_jpeg*.so"):
+            shutil.copy(built, into / "src" / "zephon" / built.name)
     return into / "src"
 
 
@@ -110,6 +129,84 @@ def child_small(case: str, passes: int) -> dict[str, float]:
     }
 
 
+def child_images(case: str, passes: int) -> dict[str, float]:
+    import numpy as np
+    from PIL import Image
+
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    processes = int(case.split(":")[1])
+    rng = np.random.default_rng(0)
+    root = Path(tempfile.mkdtemp(prefix="zephon-images-"))
+    atexit.register(shutil.rmtree, root, True)
+    for s in range(4):  # WebDataset tars on local disk
+        with tarfile.open(root / f"part-{s}.tar", "w") as tar:
+            for i in range(100):
+                h, w = (int(x) for x in rng.integers(300, 500, size=2))
+                buf = io.BytesIO()
+                pixels = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(buf, "JPEG", quality=85)
+                member = tarfile.TarInfo(f"{s * 100 + i:05d}.jpg")
+                member.size = len(buf.getvalue())
+                tar.addfile(member, io.BytesIO(buf.getvalue()))
+    ds = Dataset.from_path("images", str(root), index_cache=False)
+    ws = StaticMixtureWorkSource([ds], seed=0, shuffle="none", stop_after_passes=1)
+    pipe = (
+        Pipeline(ws, rank=0, world_size=1)
+        .decode_image(processes=processes)
+        .random_resized_crop(224)
+        .flip()
+        .to_chw()
+        .batch(64)
+    )
+
+    def one() -> float:
+        started = time.perf_counter()
+        n = sum(len(b["jpg"]) for b in pipe)
+        assert n == 400, n
+        return n / (time.perf_counter() - started)
+
+    one()  # warm-up: imports, the worker pool's start
+    return {"rate": statistics.median(one() for _ in range(passes))}
+
+
+def child_stall(case: str, passes: int) -> dict[str, float]:
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    words = ["data", "loader", "stream", "token", "shard", "batch", "epoch", "model"]
+    docs = [
+        {"text": " ".join(words[(i * 7 + j) % 8] for j in range(280 + i % 40))} for i in range(4000)
+    ]
+    ds = Dataset.from_records("docs", docs, samples_per_shard=250)
+    ws = StaticMixtureWorkSource([ds], seed=0, shuffle="block", stop_after_passes=None)
+    step = 0.02 if case.endswith("20ms") else 0.0
+
+    def one() -> float:
+        pipe = (
+            Pipeline(ws, rank=0, world_size=1, lanes=4)
+            .tokenize("bytes")
+            .shuffle(1024)
+            .pack(2048)
+            .batch(8)
+        )
+        it = pipe.iter()
+        next(it)
+        waited, started = 0.0, time.perf_counter()
+        for _ in range(60):
+            t = time.perf_counter()
+            next(it)
+            waited += time.perf_counter() - t
+            if step:
+                time.sleep(step)  # the trainer's step
+        took = time.perf_counter() - started
+        it.close()
+        return waited / 60 * 1e6 if step else 60 / took
+
+    one()
+    key = "wait_us" if step else "batches_per_s"
+    return {key: statistics.median(one() for _ in range(passes))}
+
+
 def _identity(sample: Any) -> Any:
     return sample
 
@@ -130,24 +227,21 @@ def compare(trees: dict[str, Path], cases: list[str], command: Any, rounds: int)
         for case in cases:
             for name in names[r % 2 :] + names[: r % 2]:  # no side always first
                 results.setdefault((case, name), []).append(run_child(trees[name], command(case)))
-    metrics = list(results[(cases[0], "head")][0])
-    print(
-        f"{'case':<14}"
-        + "".join(f" {f'{m} base':>14} {f'{m} head':>14} {'head/base':>10}" for m in metrics)
-    )
+    print(f"{'case':<14} {'measure':<14} {'base':>12} {'head':>12} {'head/base':>10}")
     for case in cases:
-        row = f"{case:<14}"
-        for m in metrics:
+        for m in results[(case, "head")][0]:
             base = statistics.median(x[m] for x in results[(case, "base")])
             head = statistics.median(x[m] for x in results[(case, "head")])
-            row += f" {base:>14,.0f} {head:>14,.0f} {head / base:>9.2f}x"
-        print(row)
+            print(f"{case:<14} {m:<14} {base:>12,.0f} {head:>12,.0f} {head / base:>9.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "suite", nargs="?", choices=["pipeline", "planner", "small"], default="pipeline"
+        "suite",
+        nargs="?",
+        choices=["pipeline", "planner", "small", "images", "stall"],
+        default="pipeline",
     )
     parser.add_argument("--base", default="HEAD", help="git revision to compare against")
     parser.add_argument("--head", default=None, help="git revision (default: the working tree)")
@@ -159,10 +253,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         case, endpoint = args.child
-        small = case.startswith("small-")
-        out = (
-            child_small(case, args.passes) if small else child_pipeline(case, endpoint, args.passes)
-        )
+        if case.startswith("small-"):
+            out = child_small(case, args.passes)
+        elif case.startswith("images:"):
+            out = child_images(case, args.passes)
+        elif case.startswith("stall:"):
+            out = child_stall(case, args.passes)
+        else:
+            out = child_pipeline(case, endpoint, args.passes)
         print(json.dumps(out))
         return
     with tempfile.TemporaryDirectory(prefix="zephon-base-") as tmp:
@@ -181,13 +279,14 @@ def main() -> None:
 
             compare(trees, _subset(PLANNER_CASES, args.cases), planner, args.rounds)
             return
-        if args.suite == "small":
+        suites = {"small": SMALL_CASES, "images": IMAGE_CASES, "stall": STALL_CASES}
+        if args.suite in suites:
             me = str(Path(__file__).resolve())
 
-            def small(case: str) -> list[str]:
+            def local(case: str) -> list[str]:
                 return [me, "--passes", str(args.passes), "--child", case, "-"]
 
-            compare(trees, _subset(SMALL_CASES, args.cases), small, args.rounds)
+            compare(trees, _subset(suites[args.suite], args.cases), local, args.rounds)
             return
         pipeline_suite(trees, args)
 
