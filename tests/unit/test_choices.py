@@ -17,6 +17,8 @@ CHOICES = {
     (StaticMixtureWorkSource.__init__, "shuffle"): "block",
     (StaticMixtureWorkSource.__init__, "mixture_unit"): "samples",
     (StaticMixtureWorkSource.__init__, "exhausted_policy"): "repeat",
+    (Dataset.from_path, "format"): None,
+    (Dataset.afrom_path, "format"): None,
     (Pipeline.__init__, "on_error"): "raise",
     (Pipeline.__init__, "engine"): "thread",
     (Pipeline.ensure_mixture, "weight_by"): "samples",
@@ -60,6 +62,7 @@ def ds(tmp_path: Path) -> Dataset:
 @pytest.mark.parametrize(
     "make",
     [
+        lambda ds: Dataset.from_path("x", ds.root, format="csv"),
         lambda ds: StaticMixtureWorkSource([ds], shuffle="random"),
         lambda ds: StaticMixtureWorkSource([ds], mixture_unit="bytes"),
         lambda ds: StaticMixtureWorkSource([ds], exhausted_policy="cycle"),

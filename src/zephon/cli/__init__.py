@@ -15,6 +15,8 @@ import json
 import sys
 from collections.abc import Sequence
 
+from zephon.choices import DatasetFormat, choices
+
 __all__ = ["main"]
 
 
@@ -43,9 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def dataset_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("path", help="local path, glob, s3://, gs://, az://, http(s):// URL")
-        p.add_argument(
-            "--format", default=None, help="jsonl, parquet, mds, webdataset, litdata, vortex, lance"
-        )
+        p.add_argument("--format", default=None, choices=choices(DatasetFormat))
         p.add_argument("--storage-options", default=None, help="JSON object of backend options")
         p.add_argument(
             "--allow-pickle", action="store_true", help="allow pickled MDS/LitData fields"

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any
 
-from zephon.choices import ShuffleMode
+from zephon.choices import DatasetFormat, ShuffleMode
 from zephon.dataset import Dataset
 from zephon.errors import ZephonError
 
@@ -15,7 +15,7 @@ __all__ = ["run_bench"]
 
 def run_bench(
     path: str,
-    fmt: str | None,
+    fmt: DatasetFormat | None,
     options: dict[str, Any],
     allow_pickle: bool,
     seconds: float,

@@ -6,6 +6,7 @@ import asyncio
 import sys
 from typing import Any
 
+from zephon.choices import DatasetFormat
 from zephon.dataset import Dataset
 from zephon.errors import ZephonError
 
@@ -47,7 +48,12 @@ def _size(n: float) -> str:
 
 
 async def _inspect(
-    path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, n: int, shards: int
+    path: str,
+    fmt: DatasetFormat | None,
+    options: dict[str, Any],
+    allow_pickle: bool,
+    n: int,
+    shards: int,
 ) -> None:
     ds = await Dataset.afrom_path(
         _name(path), path, format=fmt, storage_options=options, allow_pickle=allow_pickle
@@ -72,7 +78,12 @@ async def _inspect(
 
 
 def run_inspect(
-    path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, n: int, shards: int
+    path: str,
+    fmt: DatasetFormat | None,
+    options: dict[str, Any],
+    allow_pickle: bool,
+    n: int,
+    shards: int,
 ) -> int:
     try:
         asyncio.run(_inspect(path, fmt, options, allow_pickle, n, shards))
@@ -83,7 +94,11 @@ def run_inspect(
 
 
 async def _index(
-    path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, out: str | None
+    path: str,
+    fmt: DatasetFormat | None,
+    options: dict[str, Any],
+    allow_pickle: bool,
+    out: str | None,
 ) -> str:
     ds = await Dataset.afrom_path(
         _name(path), path, format=fmt, storage_options=options, allow_pickle=allow_pickle
@@ -94,7 +109,11 @@ async def _index(
 
 
 def run_index(
-    path: str, fmt: str | None, options: dict[str, Any], allow_pickle: bool, out: str | None
+    path: str,
+    fmt: DatasetFormat | None,
+    options: dict[str, Any],
+    allow_pickle: bool,
+    out: str | None,
 ) -> int:
     try:
         asyncio.run(_index(path, fmt, options, allow_pickle, out))

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from zephon.choices import DatasetFormat
 from zephon.dataset.cache import (
     PERSISTENT_INDEX_NAME,
     IndexCache,
@@ -144,7 +145,7 @@ class Dataset:
         name: str,
         path: str | Sequence[str],
         *,
-        format: str | None = None,
+        format: DatasetFormat | None = None,
         storage_options: Mapping[str, Any] | None = None,
         columns: Sequence[str] | None = None,
         allow_pickle: bool = False,
@@ -195,7 +196,7 @@ class Dataset:
         name: str,
         path: str | Sequence[str],
         *,
-        format: str | None = None,
+        format: DatasetFormat | None = None,
         storage_options: Mapping[str, Any] | None = None,
         columns: Sequence[str] | None = None,
         allow_pickle: bool = False,
