@@ -106,11 +106,13 @@ async def forward(
 ) -> None:
     """The plumbing every stage shares: send each of ``blocks`` to ``out``, counting what
     leaves (``size``: the items a block holds) and how long the stage waited to send, and
-    close ``out`` at the end, whether ``blocks`` ends or fails."""
+    close ``out`` at the end, whether ``blocks`` ends or fails (and ``blocks`` with it, an
+    async generator left suspended when the stage is cancelled)."""
     with closing(out):
-        async for block in blocks:
-            stats.items_out += size(block)
-            await timed_send(out, block, stats)
+        async with _aclosing(blocks):
+            async for block in blocks:
+                stats.items_out += size(block)
+                await timed_send(out, block, stats)
 
 
 async def ordered(
@@ -150,32 +152,28 @@ async def ordered(
                 task.add_done_callback(gate.release)
             await timed_send(pending, task, stats)
 
-    async def finish_in_order() -> None:
-        with closing(out):
-            async for task in pending:
-                result = await task
-                stats.items_out += 1 if size is None else size(result)
-                await timed_send(out, result, stats)
+    async def in_order() -> AsyncIterator[B]:
+        async for task in pending:
+            yield await task
 
-    async def finish_as_completed() -> None:
+    async def as_completed() -> AsyncIterator[B]:
         running: set[asyncio.Task[B]] = set()
         source_done = False
-        with closing(out):
-            while running or not source_done:
-                if not source_done and (not running or len(pending)):
-                    try:
-                        running.add(await pending.receive())
-                        continue
-                    except StopAsyncIteration:
-                        source_done = True
-                        continue
-                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    stats.items_out += 1 if size is None else size(task.result())
-                    await timed_send(out, task.result(), stats)
+        while running or not source_done:
+            if not source_done and (not running or len(pending)):
+                try:
+                    running.add(await pending.receive())
+                    continue
+                except StopAsyncIteration:
+                    source_done = True
+                    continue
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                yield task.result()
 
     spawn(tg, start_all())
-    await (finish_in_order() if deterministic else finish_as_completed())
+    results = in_order() if deterministic else as_completed()
+    await forward(results, out, stats, (lambda _: 1) if size is None else size)
 
 
 @contextlib.asynccontextmanager

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from zephon.engine.channel import Channel, closing
-from zephon.engine.runner import forward, ordered, start_stage, timed_receive, timed_send
+from zephon.engine.channel import Channel
+from zephon.engine.runner import forward, ordered, start_stage, timed_receive
 from zephon.engine.stats import StageStats
 from zephon.errors import redact_uri
 from zephon.ops.block import Block, ChunkRows
@@ -276,7 +276,7 @@ async def _decode_local(
     job: Callable[[Fetched], DecodeJob],
     stats: StageStats,
 ) -> None:
-    with closing(decoded):
+    async def decoded_reads() -> AsyncIterator[Decoded]:
         while True:
             try:
                 group = await timed_receive(fetched, stats)
@@ -289,9 +289,10 @@ async def _decode_local(
                     items, failed = await asyncio.to_thread(decode_job, work)
                 else:
                     items, failed = decode_job(work)
-                stats.items_out += 1
-                await timed_send(decoded, (f, items, failed), stats)
+                yield (f, items, failed)
                 await asyncio.sleep(0)  # each read moves on before the next is decoded
+
+    await forward(decoded_reads(), decoded, stats, size=lambda _: 1)
 
 
 async def _assemble(
@@ -329,14 +330,9 @@ async def _assemble(
             block = Block(lane, items, nbytes=nbytes, rows=rows)
         ready.append(block)
 
-    async def send_ready() -> None:
-        while ready:
-            block = ready.pop(0)
-            stats.items_out += len(block.items)
-            await timed_send(out, block, stats)
-
     assembler = ChunkAssembler(lane, emit, spec.block_bytes)
-    with closing(out):
+
+    async def blocks() -> AsyncIterator[Block]:
         while True:
             try:
                 f, items, failed = await timed_receive(decoded, stats)
@@ -376,10 +372,14 @@ async def _assemble(
                     passes_column(r.passes),
                 )
                 emit(items, rows, bool(failed), f.reserved)
-            await send_ready()
+            while ready:
+                yield ready.pop(0)
         budget.lend(-assembler.held)
         assembler.flush()
-        await send_ready()
+        while ready:
+            yield ready.pop(0)
+
+    await forward(blocks(), out, stats)
 
 
 def _add_provenance(datasets: Any, items: list[Any], rows: ChunkRows) -> None:
