@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from zephon.errors import ConfigError
-from zephon.ops.batch import collate
+from zephon.ops.batch import Batch, collate
 from zephon.ops.block import Block, dataset_of
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.operator import LaneContext, StreamOperator
+from zephon.ops.operator import LaneContext
 
 __all__ = ["BatchPerDataset", "per_dataset_batches"]
 
@@ -92,19 +91,11 @@ async def per_dataset_batches(
 
 
 @dataclass(frozen=True)
-class BatchPerDataset(StreamOperator):
+class BatchPerDataset(Batch):
     """``batch(size, drop_last, per_dataset=True)``: see the module doc."""
 
     name: ClassVar[str] = "batch_per_dataset"
     stateful: ClassVar[bool] = True
-    batches: ClassVar[bool] = True
-
-    size: int
-    drop_last: bool = False
-
-    def __post_init__(self) -> None:
-        if self.size < 1:
-            raise ConfigError(f"batch size must be >= 1, got {self.size}")
 
     def label(self) -> str:
         return f"batch({self.size}, drop_last={self.drop_last}, per_dataset=True)"
