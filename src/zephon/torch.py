@@ -15,8 +15,13 @@ with :func:`loader_state`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import tempfile
+import uuid
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +75,10 @@ class ZephonIterableDataset(IterableDataset[Any]):
         self.pin_memory = pin_memory
         self._active: Pipeline | None = None  # this worker's share, once iterating
         self._pending: dict[str, Any] | None = None  # a state to restore into it
+        # Iterated by DataLoader workers, the copy in the trainer's process never moves: a
+        # worker leaves this marker, so that copy refuses to checkpoint the stream's start.
+        self._marker = os.path.join(tempfile.gettempdir(), f"zephon-dataset-{uuid.uuid4().hex}")
+        weakref.finalize(self, _remove_marker, self._marker, os.getpid())
 
     def _share(self) -> Pipeline:
         """The pipeline for this DataLoader worker: a share of this rank's lanes."""
@@ -88,6 +97,9 @@ class ZephonIterableDataset(IterableDataset[Any]):
         return pipe.for_rank(pipe.rank * workers + info.id, pipe.world_size * workers)
 
     def __iter__(self) -> Iterator[Any]:
+        if get_worker_info() is not None and not os.path.exists(self._marker):
+            with open(self._marker, "w"):  # read in a worker: see state_dict
+                pass
         pipe = self._active = self._share()
         if self._pending is not None:
             pipe.restore(self._pending)
@@ -96,14 +108,33 @@ class ZephonIterableDataset(IterableDataset[Any]):
             yield to_tensors(item, self.pin_memory)
 
     def state_dict(self) -> dict[str, Any]:
-        """The checkpoint (JSON) of this worker's share, for ``StatefulDataLoader``."""
+        """The checkpoint (JSON) of this worker's share, for ``StatefulDataLoader``.
+
+        Raises:
+            ConfigError: called in the trainer's process while DataLoader worker processes
+                read the pipeline: this copy has received nothing, and its state would
+                restart the stream.
+        """
         if self._pending is not None:
             return self._pending
+        if self._active is None and get_worker_info() is None and os.path.exists(self._marker):
+            raise ConfigError(
+                "state_dict() of a dataset that DataLoader worker processes are reading: "
+                "the position lives in the workers, and this copy would restart the stream. "
+                "Use torchdata's StatefulDataLoader and its state_dict() (one state per "
+                "worker; zephon.torch.loader_checkpoint joins them), or num_workers=0"
+            )
         return (self._active or self._share()).checkpoint()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` when the next iteration starts."""
         self._pending = state
+
+
+def _remove_marker(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # not a forked worker's copy of the dataset
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def loader_checkpoint(*states: dict[str, Any]) -> dict[str, Any]:

@@ -118,6 +118,31 @@ def test_dataloader_workers_share_the_lanes_and_resume_exactly(root: str) -> Non
         list(DataLoader(build(root, 0, 1, lanes=3).to_torch_dataset(), batch_size=None, **mp))
 
 
+def test_a_dataset_read_by_dataloader_workers_never_checkpoints_the_streams_start(
+    root: str,
+) -> None:
+    """With a plain DataLoader and workers, the dataset in the trainer's process has received
+    nothing: its state_dict() would restart the stream on resume. It says so instead; read in
+    the trainer's process (num_workers=0), its state is what the loop consumed."""
+    from torch.utils.data import DataLoader
+
+    mp = {"num_workers": 2, "multiprocessing_context": "forkserver"}
+    dataset = build(root, 0, 1).to_torch_dataset()
+    fresh = dataset.state_dict()  # before any reading: the start, which is right
+    assert all(lane["items"] == 0 for lane in fresh["lane_states"].values())
+    loader = iter(DataLoader(dataset, batch_size=None, **mp))
+    for _ in range(3):
+        next(loader)
+    with pytest.raises(ConfigError, match="StatefulDataLoader"):
+        dataset.state_dict()
+    del loader
+    alone = build(root, 0, 1).to_torch_dataset()
+    in_process = iter(DataLoader(alone, batch_size=None))
+    for _ in range(3):
+        next(in_process)
+    assert sum(lane["items"] for lane in alone.state_dict()["lane_states"].values()) == 3
+
+
 def _head(loader: Any, n: int) -> list[Any]:
     head = []
     for i, b in enumerate(loader):
