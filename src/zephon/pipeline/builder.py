@@ -43,9 +43,15 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
 
     Args:
         source: the curriculum (its datasets must be :class:`~zephon.dataset.Dataset`).
-        rank: this process's rank; default from ``torch.distributed`` or ``RANK``.
-        world_size: the number of ranks; default from ``torch.distributed`` or
-            ``WORLD_SIZE``.
+        rank: this process's data-parallel rank; default from ``torch.distributed`` or
+            ``RANK``. Under tensor or pipeline parallelism the global rank is wrong: pass
+            ``dp_rank`` and ``dp_size``.
+        world_size: the number of data-parallel ranks; default from ``torch.distributed``
+            or ``WORLD_SIZE``.
+        dp_rank: the data-parallel rank (the names ``rank``/``world_size`` take too): the
+            processes of one tensor- or pipeline-parallel group pass the same ``dp_rank`` and
+            receive the same samples.
+        dp_size: the number of data-parallel groups.
         lanes: logical streams (default ``world_size``); must be a multiple of ``world_size``.
             Rank ``r`` owns lanes ``[r * lanes / world_size, (r + 1) * lanes / world_size)``.
         deterministic: ``False`` delivers in completion order instead of curriculum order.
@@ -96,7 +102,20 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
         cache_limit_bytes: int = 64 << 30,
         provenance: bool = False,
         engine: Engine = "thread",
+        dp_rank: int | None = None,
+        dp_size: int | None = None,
     ) -> None:
+        if dp_rank is not None or dp_size is not None:
+            if dp_rank is None or dp_size is None:
+                raise ConfigError("dp_rank and dp_size go together: pass both")
+            if (rank is not None and rank != dp_rank) or (
+                world_size is not None and world_size != dp_size
+            ):
+                raise ConfigError(
+                    f"rank/world_size ({rank}, {world_size}) and dp_rank/dp_size ({dp_rank}, "
+                    f"{dp_size}) name the same coordinates: pass one pair"
+                )
+            rank, world_size = dp_rank, dp_size
         if rank is None or world_size is None:
             env_rank, env_world = default_rank()
             rank = env_rank if rank is None else rank
@@ -194,6 +213,16 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
     @property
     def world_size(self) -> int:
         """The number of ranks."""
+        return self.spec.world_size
+
+    @property
+    def dp_rank(self) -> int:
+        """This process's data-parallel rank (``rank``)."""
+        return self.spec.rank
+
+    @property
+    def dp_size(self) -> int:
+        """The number of data-parallel ranks (``world_size``)."""
         return self.spec.world_size
 
     @property
