@@ -79,6 +79,13 @@ class _PerItem(ItemOperator):
     ) -> Block:
         return await apply_block(self.kind, self.fn, block, pool, stage_name, executor, on_skip)
 
+    def run_now(self, samples: list[Any]) -> list[Any] | None:
+        if inspect.iscoroutinefunction(self.fn):
+            return None
+        if self.kind == "map":  # None drops the sample
+            return [y for y in map(self.fn, samples) if y is not None]
+        return [x for x in samples if self.fn(x)]
+
 
 @dataclass(frozen=True)
 class Map(_PerItem):
@@ -87,11 +94,6 @@ class Map(_PerItem):
     name: ClassVar[str] = "map"
     kind: ClassVar[Literal["map", "filter"]] = "map"
 
-    def run_now(self, samples: list[Any]) -> list[Any] | None:
-        if inspect.iscoroutinefunction(self.fn):
-            return None
-        return [y for y in map(self.fn, samples) if y is not None]
-
 
 @dataclass(frozen=True)
 class Filter(_PerItem):
@@ -99,11 +101,6 @@ class Filter(_PerItem):
 
     name: ClassVar[str] = "filter"
     kind: ClassVar[Literal["map", "filter"]] = "filter"
-
-    def run_now(self, samples: list[Any]) -> list[Any] | None:
-        if inspect.iscoroutinefunction(self.fn):
-            return None
-        return [x for x in samples if self.fn(x)]
 
 
 @dataclass(frozen=True)

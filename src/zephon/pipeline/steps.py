@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+from typing import Any
 
 import numpy as np
 
@@ -197,7 +199,6 @@ async def _pooled(
     pieces per worker are in flight: every worker shares a large block (a few hundred images
     at milliseconds each), and each piece moves on as soon as it is done."""
     pool = res.pool_for(op.executor)
-    on_skip = res.skipped if spec.on_error == "skip" else None
     workers = op.processes if op.executor is not None else getattr(pool, "processes", 1)
 
     async def pieces() -> AsyncIterator[Block]:
@@ -207,11 +208,7 @@ async def _pooled(
                 yield piece
 
     async def one(block: Block) -> Block:
-        try:
-            return await op.apply(block, pool, name, on_skip=on_skip)
-        except FormatError as exc:
-            res.name_sample(exc)
-            raise
+        return await _apply(spec, res, op, block, name, pool)
 
     await ordered(
         tg,
@@ -241,20 +238,34 @@ async def _in_process(
     takes the block that starts earliest in its lane first (then the one of the later step,
     ``after`` steps into the chain): the lane the consumer will wait for next."""
     thread = res.encoder_thread()
-    on_skip = res.skipped if spec.on_error == "skip" else None
 
     async def results() -> AsyncIterator[Block]:
         position = 0
         async for block in first_pieces(counted(source, stats), FIRST_PIECE):
             executor = thread.at((position, -after))
             position += len(block.items)
-            try:
-                yield await op.apply(block, None, name, executor, on_skip)
-            except FormatError as exc:
-                res.name_sample(exc)
-                raise
+            yield await _apply(spec, res, op, block, name, None, executor)
 
     await forward(results(), out, stats)
+
+
+async def _apply(
+    spec: PipelineSpec,
+    res: Resources,
+    op: ItemOperator,
+    block: Block,
+    name: str,
+    pool: Any,
+    executor: Executor | None = None,
+) -> Block:
+    """``block`` through ``op`` (in ``pool``, else on ``executor`` or in the loop); bad input
+    it reports names its sample, and under ``on_error="skip"`` is skipped and counted."""
+    on_skip = res.skipped if spec.on_error == "skip" else None
+    try:
+        return await op.apply(block, pool, name, executor, on_skip)
+    except FormatError as exc:
+        res.name_sample(exc)
+        raise
 
 
 async def first_pieces(blocks: AsyncIterator[Block], first: int) -> AsyncIterator[Block]:
