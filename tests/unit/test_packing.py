@@ -95,12 +95,13 @@ def test_every_token_once_with_its_fields_and_exact_resume(algorithm: str) -> No
 
 def test_wrap_fills_rows_and_limits_hold() -> None:
     lengths = [10, 10, 10, 10, 3]  # 43 tokens: 4 rows unsplit, 3 wrapped
-    plain = _fit(lengths, SEQ, best=True, wrap=False, limit=None)
-    wrapped = _fit(lengths, SEQ, best=True, wrap=True, limit=None)
+    spans = [[(0, n)] for n in lengths]
+    plain = _fit(spans, SEQ, best=True, wrap=False, limit=None)
+    wrapped = _fit(spans, SEQ, best=True, wrap=True, limit=None)
     used = [sum(b - a for _, a, b in r) for r in wrapped]
     assert all(u == SEQ for u in used[:-1])  # full but for the last
     assert len(wrapped) < len(plain) and sum(used) == sum(lengths)
-    capped = _fit([2] * 10, SEQ, best=True, wrap=False, limit=3)
+    capped = _fit([[(0, 2)]] * 10, SEQ, best=True, wrap=False, limit=3)
     assert max(len(r) for r in capped) == 3 and len(capped) == 4
     rows = rows_of(
         Pipeline(source(), rank=0, world_size=1).pack_sequences(

@@ -119,6 +119,7 @@ class Batch(StreamOperator):
 
     name: ClassVar[str] = "batch"
     batches: ClassVar[bool] = True
+    changeable: ClassVar[tuple[str, ...]] = ("size", "drop_last")
 
     size: int
     drop_last: bool = False

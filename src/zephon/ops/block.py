@@ -82,14 +82,15 @@ class ChunkRows:
 class WindowRows:
     """Provenance of outputs ``first, first + 1, ...`` of one window of a windowed step
     (shuffle, pack): their refs as a list, their marks computed. Output ``j`` leaves the lane
-    at ``before`` with the step's state ``j + 1`` appended (``{"skip": j + 1, "part": part}``
-    in a part of a lane's first window) and high water ``hw``. No tuple per item: a mark
-    holds a chunk's ``Cursor``, which the garbage collector must then track, and windows
-    buffered ahead made full collections frequent enough to hold up a consumer."""
+    at ``before`` with the step's state ``j + 1`` appended (``{"skip": j + 1, **tag}`` when the
+    window has a ``tag``: its part of a lane's first window, the settings it was restored
+    from) and high water ``hw``. No tuple per item: a mark holds a chunk's ``Cursor``, which
+    the garbage collector must then track, and windows buffered ahead made full collections
+    frequent enough to hold up a consumer."""
 
     before: Mark
     hw: Position
-    part: int | None
+    tag: dict[str, Any] | None
     first: int
     refs_list: list[Any]
 
@@ -101,14 +102,14 @@ class WindowRows:
 
     def mark(self, i: int) -> Mark:
         s = self.first + i + 1
-        state = s if self.part is None else {"skip": s, "part": self.part}
+        state = s if self.tag is None else {"skip": s, **self.tag}
         return with_state(self.before, state, self.hw)
 
     def marks(self) -> list[Any]:
         return [self.mark(i) for i in range(len(self.refs_list))]
 
     def slice(self, at: int, end: int) -> WindowRows:
-        return WindowRows(self.before, self.hw, self.part, self.first + at, self.refs_list[at:end])
+        return WindowRows(self.before, self.hw, self.tag, self.first + at, self.refs_list[at:end])
 
 
 class Interleaved:

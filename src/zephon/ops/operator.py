@@ -77,12 +77,16 @@ class Operator:
         per_item: it works per item, so a lane whose item work runs in this process starts
             its read-ahead small (see :func:`zephon.pipeline.run`'s budgets).
         batches: it turns items into batches (steps on items must come before it).
+        changeable: the settings a restore may change (a checkpoint taken under
+            ``batch(8)`` restores under ``batch(16)``); the checkpoint records their values
+            and :meth:`adapt` turns the operator's state into the new settings' terms.
     """
 
     name: ClassVar[str]
     stateful: ClassVar[bool] = False
     per_item: ClassVar[bool] = False
     batches: ClassVar[bool] = False
+    changeable: ClassVar[tuple[str, ...]] = ()
 
     @property
     def processes(self) -> int:
@@ -101,6 +105,20 @@ class Operator:
     def identity(self) -> str:
         """The operator as a checkpoint knows it: where it runs does not change its output."""
         return self.label()
+
+    def settings(self) -> dict[str, Any]:
+        """The values of the :attr:`changeable` settings, as a checkpoint records them."""
+        return {name: getattr(self, name) for name in self.changeable}
+
+    def adapt(self, state: Any, old: Operator) -> Any:
+        """This operator's state in a checkpoint taken under ``old`` (the same operator with
+        other :attr:`changeable` settings), in this operator's terms. The default keeps it:
+        right for a stateless operator and for a state that counts inputs, not outputs.
+
+        Raises:
+            StateMismatch: the change cannot be exact (saying why).
+        """
+        return state
 
     def holds_items(self) -> bool:
         """Whether it holds items back until it has many (a lane's read-ahead grows by the

@@ -19,6 +19,13 @@ segments and positions into labels, ``position_ids`` and ``cu_seqlens``.
 Fit algorithms take at most ``max_sequences_per_bin`` documents per row; marks are
 window-relative, like ``shuffle``. Documents shorter than ``min_sequence_length`` are
 dropped (the user asked for it).
+
+A checkpoint restores under another ``seq_len`` or ``window`` (:meth:`Packing.adapt`):
+``concat`` goes on from the token where the next undelivered row began, cutting rows of the
+new length (the unfinished row is never saved, so nothing is carried over); a fit window the
+checkpoint was inside is packed again under the old settings to find the pieces its
+delivered rows held, and what is left of it is packed under the new ones. No token is lost
+or repeated either way.
 """
 
 from __future__ import annotations
@@ -33,8 +40,8 @@ from zephon.choices import PackAlgorithm
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, ref_at
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.operator import LaneContext, StreamOperator
-from zephon.ops.windows import windowed
+from zephon.ops.operator import LaneContext, Operator, StreamOperator
+from zephon.ops.windows import parse_state, windowed
 
 __all__ = ["PACK_ALGORITHMS", "Packing", "pack_blocks"]
 
@@ -49,6 +56,7 @@ class Packing(StreamOperator):
 
     name: ClassVar[str] = "pack"
     stateful: ClassVar[bool] = True
+    changeable: ClassVar[tuple[str, ...]] = ("seq_len", "window")
 
     seq_len: int
     algorithm: PackAlgorithm = "concat"
@@ -83,6 +91,18 @@ class Packing(StreamOperator):
 
     def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
         return pack_blocks(blocks, self, lane.lane, lane.depth, lane.resume)
+
+    def adapt(self, state: Any, old: Operator) -> Any:
+        """A checkpoint taken under another ``seq_len`` or ``window``. ``concat``'s state is
+        a token offset into the next document, whatever the length: kept. A fit window the
+        checkpoint was inside is replayed under its settings to find the pieces it had
+        delivered, and the rest of it is packed under these; its state records them."""
+        if self.algorithm == "concat" or state == 0:
+            return state
+        assert isinstance(old, Packing)
+        skip, _, layers = parse_state(state, ())
+        layer = {"seq_len": old.seq_len, "window": old.window, "skip": skip}
+        return {"skip": 0, "layers": [*layers, layer]}
 
     def aligned(self, item: Any, n: int) -> list[str]:
         """The per-token fields of a document of ``n`` ids that rows carry."""
@@ -270,25 +290,27 @@ def distinct_ordered(values: np.ndarray) -> list[int]:
     return [int(v) for v in values[keep]]
 
 
+Piece = tuple[int, int, int]  # (document, start, stop)
+
+
 def _fit(
-    lengths: list[int], seq_len: int, best: bool, wrap: bool, limit: int | None
-) -> list[list[tuple[int, int, int]]]:
-    """Rows of pieces ``(document, start, stop)`` (see the module doc)."""
-    rows: list[list[tuple[int, int, int]]] = []
+    spans: list[list[tuple[int, int]]], seq_len: int, best: bool, wrap: bool, limit: int | None
+) -> list[list[Piece]]:
+    """Rows of pieces (see the module doc) of the documents' ``spans``: per document, the
+    token ranges to place (the whole document, or what a restore left of it)."""
+    rows: list[list[Piece]] = []
     room: list[int] = []
     cap = limit if limit is not None else seq_len + 1
 
-    def place(i: int, piece: tuple[int, int, int]) -> None:
+    def place(i: int, piece: Piece) -> None:
         if i == len(rows):
             rows.append([])
             room.append(seq_len)
         rows[i].append(piece)
         room[i] -= piece[2] - piece[1]
 
-    for d, n in enumerate(lengths):
-        if n == 0:
-            continue
-        pieces = [(d, s, min(n, s + seq_len)) for s in range(0, n, seq_len)]
+    for d, ranges in enumerate(spans):
+        pieces = [(d, s, min(hi, s + seq_len)) for lo, hi in ranges for s in range(lo, hi, seq_len)]
         while pieces:
             piece = pieces.pop(0)
             size = piece[2] - piece[1]
@@ -306,6 +328,31 @@ def _fit(
     return rows
 
 
+def _left(spans: list[list[tuple[int, int]]], delivered: list[list[Piece]]) -> list[list[Any]]:
+    """What is left of the documents' ``spans`` once the pieces of ``delivered`` rows are
+    taken out."""
+    taken: dict[int, list[tuple[int, int]]] = {}
+    for row in delivered:
+        for d, lo, hi in row:
+            taken.setdefault(d, []).append((lo, hi))
+    out = []
+    for d, ranges in enumerate(spans):
+        cuts = sorted(taken.get(d, ()))
+        rest = []
+        for lo, hi in ranges:
+            at = lo
+            for a, b in cuts:
+                if b <= at or a >= hi:
+                    continue
+                if a > at:
+                    rest.append((at, a))
+                at = max(at, b)
+            if at < hi:
+                rest.append((at, hi))
+        out.append(rest)
+    return out
+
+
 def _fit_windows(
     blocks: AsyncIterator[Block],
     spec: Packing,
@@ -315,10 +362,17 @@ def _fit_windows(
 ) -> AsyncIterator[Block]:
     best = spec.algorithm != "first_fit"
     wrap = spec.algorithm == "best_fit_wrap"
+    limit = spec.max_sequences_per_bin
 
-    def packed(_: Mark, items: list[Any], refs: list[Any], __: int) -> tuple[list[Any], list[Any]]:
+    def packed(
+        _: Mark, items: list[Any], refs: list[Any], __: int, layers: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
         docs, fields = _docs(items, spec)
-        rows = _fit([len(d) for d in docs], spec.seq_len, best, wrap, spec.max_sequences_per_bin)
+        spans = [[(0, len(d))] if len(d) else [] for d in docs]
+        for layer in layers:  # a window begun under other settings: what they delivered
+            rows = _fit(spans, int(layer["seq_len"]), best, wrap, limit)
+            spans = _left(spans, rows[: int(layer["skip"])])
+        rows = _fit(spans, spec.seq_len, best, wrap, limit)
         out = [_row(r, docs, fields, spec) for r in rows]
         return out, [[refs[d] for d in dict.fromkeys(p[0] for p in r)] for r in rows]
 

@@ -53,7 +53,7 @@ def shuffle_blocks(
     """
 
     def permuted(
-        before: Mark, items: list[Any], refs: list[Any], capacity: int
+        before: Mark, items: list[Any], refs: list[Any], capacity: int, _: list[Any]
     ) -> tuple[list[Any], list[Any]]:
         order = _order(seed, lane, before, capacity, len(items)).tolist()
         return [items[i] for i in order], [refs[i] for i in order]
@@ -77,7 +77,7 @@ def replay_skips(
     which include every one of these that exists.)"""
     before, state = resume
     parts = first_parts(size, warmup)
-    skip, part = parse_state(state, parts)
+    skip, part, _ = parse_state(state, parts)
     capacity = size if part is None else parts[part] - (parts[part - 1] if part else 0)
     if skip == 0:
         return np.zeros(0, dtype=np.int64)

@@ -46,14 +46,18 @@ def first_parts(size: int, warmup: int) -> tuple[int, ...]:
     return (*ends, size)
 
 
-def parse_state(state: Any, parts: tuple[int, ...]) -> tuple[int, int | None]:
-    """(outputs to skip, part of the first window or None) from a mark's state."""
+def parse_state(state: Any, parts: tuple[int, ...]) -> tuple[int, int | None, list[Any]]:
+    """(outputs to skip, part of the first window or None, the settings the window was
+    restored from) from a mark's state. ``layers``: a window begun under other settings
+    (see :meth:`zephon.ops.operator.Operator.adapt`), oldest first, each those settings and
+    how many outputs they had delivered."""
     if isinstance(state, dict):
-        return int(state["skip"]), int(state["part"])
-    return int(state), (0 if parts and state == 0 else None)  # 0: the lane's start
+        part = state.get("part")
+        return int(state["skip"]), (None if part is None else int(part)), state.get("layers", [])
+    return int(state), (0 if parts and state == 0 else None), []  # 0: the lane's start
 
 
-Window = Callable[[Mark, list[Any], list[Any], int], tuple[list[Any], list[Any]]]
+Window = Callable[[Mark, list[Any], list[Any], int, list[Any]], tuple[list[Any], list[Any]]]
 
 
 async def windowed(
@@ -66,31 +70,36 @@ async def windowed(
     parts: tuple[int, ...] = (),
 ) -> AsyncIterator[Block]:
     """Cut a lane's items into windows of ``size`` and emit ``transform(mark before the
-    window, items, refs, its capacity)`` for each, with window-relative marks: output ``j`` is
-    marked (mark before the window, ``j + 1``), its high water the window's last input's.
-    ``parts``: where the parts of the lane's first window end (:func:`first_parts`); output
-    ``j`` of part ``k`` is marked ``{"skip": j + 1, "part": k}``.
-    ``resume`` = (that mark, the state in it: what to skip, and which part)."""
+    window, items, refs, its capacity, layers)`` for each, with window-relative marks: output
+    ``j`` is marked (mark before the window, ``j + 1``), its high water the window's last
+    input's. ``parts``: where the parts of the lane's first window end (:func:`first_parts`);
+    output ``j`` of part ``k`` is marked ``{"skip": j + 1, "part": k}``.
+    ``resume`` = (that mark, the state in it: what to skip, which part, and the ``layers``
+    of a window restored under other settings: that window has the first layer's size and
+    its outputs are marked ``{"skip": j + 1, "layers": layers}``)."""
     before, state = resume if resume is not None else (start_mark(lane, depth), 0)
-    skip, part = parse_state(state, parts)
+    skip, part, layers = parse_state(state, parts)
     items: list[Any] = []
     refs: list[Any] = []
     held = 0.0  # the window's items' fetched bytes (channels weigh blocks by them)
     last: Mark = before  # the mark of the window's last input so far
 
     def capacity() -> int:
+        if layers:
+            return int(layers[0]["window"])
         return size if part is None else parts[part] - (parts[part - 1] if part else 0)
 
     def emit() -> Block:
-        nonlocal before, skip, items, refs, part, held
-        out, out_refs = transform(before, items, refs, capacity())
+        nonlocal before, skip, items, refs, part, held, layers
+        out, out_refs = transform(before, items, refs, capacity(), layers)
         if any(x is REPLAYED for x in out[skip:]):  # the skips were computed for this window
             raise RuntimeError("shuffle: a restored window would deliver a skipped item")
-        rows = WindowRows(before, high_water(last), part, skip, out_refs[skip:])
+        tag = {"part": part} if part is not None else {"layers": layers} if layers else None
+        rows = WindowRows(before, high_water(last), tag, skip, out_refs[skip:])
         block = Block(
             lane, out[skip:], nbytes=int(held * (len(out) - skip) / max(1, len(out))), rows=rows
         )
-        before, skip = last, 0
+        before, skip, layers = last, 0, []
         items, refs, held = [], [], 0.0
         if part is not None:
             part = part + 1 if part + 1 < len(parts) else None

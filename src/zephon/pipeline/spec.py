@@ -185,6 +185,7 @@ class PipelineSpec:
             "locations": [d.location() for d in self.source.datasets],
             "lanes": self.lanes,
             "ops": [step.identity() for step in self.steps],
+            "settings": [step.settings() or None for step in self.steps],
             "on_error": self.on_error,
         }
 

@@ -8,6 +8,7 @@ work in flight is planned again on restore.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.block import Block
 from zephon.ops.marks import Mark, new_mark
+from zephon.ops.operator import Operator
 from zephon.pipeline.handover import lane_entry, relane
 from zephon.pipeline.spec import PipelineSpec
 from zephon.refs import Cursor
@@ -138,19 +140,19 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     if not isinstance(state, dict) or state.get("zephon_checkpoint") != CHECKPOINT_VERSION:
         raise StateMismatch("not a Zephon pipeline checkpoint")
     ours = spec.identity()
-    diffs = [
-        f"{key}: checkpoint has {state.get(key)!r}, this pipeline has {ours[key]!r}"
-        for key in ("ops", "on_error")
-        if state.get(key) != ours[key]
-    ]
-    if diffs:
-        raise StateMismatch("checkpoint does not match this pipeline: " + "; ".join(diffs))
+    if state.get("on_error") != ours["on_error"]:
+        raise StateMismatch(
+            f"checkpoint does not match this pipeline: on_error: checkpoint has "
+            f"{state.get('on_error')!r}, this pipeline has {ours['on_error']!r}"
+        )
+    changes = _changes(spec, state)
     _check_locations(spec, state.get("locations"))
     _adopt_ratios(spec, state.get("source"))
     lane_states = state.get("lane_states", {})
     history = list(state.get("history", []))
     if state.get("lanes") != spec.lanes:
         history, residues = relane(spec, state, history)
+        residues = {lane: _adapt_residues(spec, changes, rs) for lane, rs in residues.items()}
         zeros = [0] * spec.stateful_steps
         lanes = {
             lane: {
@@ -180,13 +182,92 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
         if entry.get("ended"):
             ended.add(lane)
         if "delivered" in entry:
-            resume.lanes[lane] = _lane_resume(spec, state, lane, entry)
+            resume.lanes[lane] = _lane_resume(spec, state, lane, entry, changes)
     resume.ended = frozenset(ended)
     return resume
 
 
+def _changes(spec: PipelineSpec, state: dict[str, Any]) -> dict[int, Operator]:
+    """The operators whose :attr:`~zephon.ops.operator.Operator.changeable` settings differ
+    from the checkpoint's, each as the checkpoint had it, by step.
+
+    Raises:
+        StateMismatch: the chains differ otherwise, or a change cannot be exact.
+    """
+    theirs, settings = state.get("ops"), state.get("settings")
+    ours = [op.identity() for op in spec.steps]
+    mismatch = StateMismatch(
+        f"checkpoint does not match this pipeline: ops: checkpoint has {theirs!r}, "
+        f"this pipeline has {ours!r}"
+    )
+    if not isinstance(theirs, list) or len(theirs) != len(ours):
+        raise mismatch
+    changes: dict[int, Operator] = {}
+    for i, (op, label) in enumerate(zip(spec.steps, theirs, strict=True)):
+        if label == ours[i]:
+            continue
+        old = _as_checkpointed(op, settings[i] if isinstance(settings, list) else None)
+        if old is None or old.identity() != label:
+            raise mismatch
+        changes[i] = old
+    for i, old in changes.items():
+        later = [op for op in spec.steps[i + 1 :] if op.stateful]
+        if later:
+            raise StateMismatch(
+                f"the checkpoint was taken under {old.label()} and this pipeline has "
+                f"{spec.steps[i].label()}: {later[0].label()} after it holds its outputs, "
+                "counted in the old units, so the change cannot be exact; restore under "
+                f"{old.label()}"
+            )
+    return changes
+
+
+def _as_checkpointed(op: Operator, settings: Any) -> Operator | None:
+    """``op`` with the settings a checkpoint recorded for it, if they are its kind."""
+    if not op.changeable or not isinstance(settings, dict) or set(settings) != set(op.changeable):
+        return None
+    try:
+        return dataclasses.replace(op, **settings)  # type: ignore[type-var]
+    except (TypeError, ValueError, ConfigError):
+        return None  # not settings this operator takes
+
+
+def _adapted(spec: PipelineSpec, changes: dict[int, Operator], ops: tuple[Any, ...]) -> tuple:
+    """A lane's operator states from a checkpoint, in the terms of this pipeline's settings."""
+    if not changes:
+        return ops
+    out = list(ops)
+    depth = 0
+    for i, op in enumerate(spec.steps):
+        if op.stateful:
+            if i in changes:
+                out[depth] = op.adapt(out[depth], changes[i])
+            depth += 1
+    return tuple(out)
+
+
+def _adapt_residues(
+    spec: PipelineSpec, changes: dict[int, Operator], records: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Residue records (see :mod:`zephon.pipeline.handover`) in this pipeline's terms."""
+    if not changes:
+        return records
+    return [{**r, "ops": list(_adapted(spec, changes, _ops(spec, r.get("ops"))))} for r in records]
+
+
+def _ops(spec: PipelineSpec, ops: Any) -> tuple[Any, ...]:
+    """Operator states as a checkpoint stores them, checked against the chain."""
+    if not isinstance(ops, list | tuple) or len(ops) != spec.stateful_steps:
+        raise StateMismatch("checkpoint's operator states do not match the chain")
+    return tuple(x if isinstance(x, dict) else int(x) for x in ops)
+
+
 def _lane_resume(
-    spec: PipelineSpec, state: dict[str, Any], lane: int, entry: dict[str, Any]
+    spec: PipelineSpec,
+    state: dict[str, Any],
+    lane: int,
+    entry: dict[str, Any],
+    changes: dict[int, Operator],
 ) -> dict[str, Any]:
     source = spec.source
     cursor = Cursor.from_dict(entry["cursor"]) if entry.get("cursor") else None
@@ -197,14 +278,14 @@ def _lane_resume(
         source.check_state(lane_state, spec.lanes)
     elif state["source"] != source.describe():
         raise StateMismatch("checkpoint was taken from a different work source")
-    ops = tuple(x if isinstance(x, dict) else int(x) for x in entry.get("ops", ()))
-    if len(ops) != spec.stateful_steps:
-        raise StateMismatch("checkpoint's operator states do not match the chain")
+    ops = _adapted(spec, changes, _ops(spec, entry.get("ops", [])))
     hw = entry.get("hw")
     if hw is not None:
         hw = (Cursor.from_dict(hw["cursor"]) if hw["cursor"] else None, int(hw["delivered"]))
     mark = new_mark(lane, cursor, int(entry["delivered"]), ops, hw)
     out = {key: entry[key] for key in _ENTRY if key in entry}
+    if "residues" in out:
+        out["residues"] = _adapt_residues(spec, changes, out["residues"])
     return {**out, "ops": list(ops), "state": lane_state, "mark": mark}
 
 
