@@ -131,6 +131,37 @@ class ZephonIterableDataset(IterableDataset[Any]):
         self._pending = state
 
 
+def _last_worker(
+    checkpoint: dict[str, Any], workers: int, rank: int | None, world_size: int | None
+) -> int:
+    """The worker that yielded the checkpoint's last batch: the loader takes one batch of
+    each live worker in turn, so the next is the first live worker that yielded the fewest
+    (the pipeline's merge restarts its lanes the same way)."""
+    if rank is None or world_size is None:
+        from zephon.pipeline.ranks import default_rank
+
+        rank, world_size = default_rank()
+    lanes, entries = checkpoint.get("lanes"), checkpoint.get("lane_states")
+    if (
+        not isinstance(lanes, int)
+        or not isinstance(entries, dict)
+        or lanes % (world_size * workers)
+    ):
+        return workers - 1  # another layout: any order is exact
+    per = lanes // (world_size * workers)
+    counts, live = [], []
+    for w in range(workers):
+        first = (rank * workers + w) * per
+        mine = [entries.get(str(lane), {}) for lane in range(first, first + per)]
+        counts.append(sum(int(e.get("items", 0)) for e in mine))
+        live.append(not all(e.get("ended") for e in mine))
+    turn = [w for w in range(workers) if live[w]]
+    if not turn:
+        return workers - 1
+    fewest = min(counts[w] for w in turn)
+    return (next(w for w in turn if counts[w] == fewest) - 1) % workers
+
+
 def _remove_marker(path: str, owner: int) -> None:
     if os.getpid() == owner:  # not a forked worker's copy of the dataset
         with contextlib.suppress(FileNotFoundError):
@@ -171,11 +202,19 @@ def loader_checkpoint(*states: dict[str, Any]) -> dict[str, Any]:
     return Pipeline.merge_checkpoints(found)
 
 
-def loader_state(checkpoint: dict[str, Any], num_workers: int) -> dict[str, Any]:
+def loader_state(
+    checkpoint: dict[str, Any],
+    num_workers: int,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> dict[str, Any]:
     """A ``StatefulDataLoader`` state dict that resumes ``checkpoint`` (see
     :func:`loader_checkpoint`) with ``num_workers`` workers: each worker restores its own
     lanes from it, exactly (a new lane count is re-laned, as
-    :meth:`~zephon.pipeline.Pipeline.restore` does)."""
+    :meth:`~zephon.pipeline.Pipeline.restore` does). ``rank``/``world_size`` (default: as
+    ``Pipeline``'s) say which rank's loader this is: with the checkpoint's lanes and worker
+    count, the loader takes its next batch from the worker whose turn it was, so the order
+    is the uninterrupted run's."""
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"loader_state: num_workers must be an int >= 0, got {num_workers!r}")
     fetcher = {"dataset_iter_state": None, "fetcher_ended": False}
@@ -200,7 +239,7 @@ def loader_state(checkpoint: dict[str, Any], num_workers: int) -> dict[str, Any]
     }
     snapshot = {
         "_snapshot_step": 0,
-        "_last_yielded_worker_id": num_workers - 1,
+        "_last_yielded_worker_id": _last_worker(checkpoint, num_workers, rank, world_size),
         "_main_snapshot": {
             **main,
             "_num_workers": num_workers,

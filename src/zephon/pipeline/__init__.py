@@ -9,6 +9,7 @@
 | ``images`` | the builder's image steps: decode_image, resize, crops, flip, to_tensor |
 | ``placement`` | Where a CPU-heavy step runs: ``processes=N`` or ``executor=`` |
 | ``process`` | The child-process engine: the whole pipeline in a process of its own |
+| ``ranks`` | A pipeline's data-parallel coordinates, given or found (a device mesh) |
 | ``progress`` | The progress report of ``iter(progress=True)``: items, MB/s and items/s of a run |
 | ``resources`` | What the stages of a run share (:class:`Resources`) |
 | ``run`` | One running instance of a pipeline: its resources, its task group, its counters |

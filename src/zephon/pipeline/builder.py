@@ -28,9 +28,10 @@ from zephon.pipeline.images import ImageSteps
 from zephon.pipeline.placement import placement
 from zephon.pipeline.process import ProcessEngine
 from zephon.pipeline.progress import ProgressBar
+from zephon.pipeline.ranks import coordinates
 from zephon.pipeline.run import Run
 from zephon.pipeline.samples import SampleSteps
-from zephon.pipeline.spec import PipelineSpec, default_rank
+from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.text import TextSteps
 from zephon.plan import StaticMixtureWorkSource
 from zephon.storage import RetryPolicy, StorageLimits
@@ -43,15 +44,18 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
 
     Args:
         source: the curriculum (its datasets must be :class:`~zephon.dataset.Dataset`).
-        rank: this process's data-parallel rank; default from ``torch.distributed`` or
-            ``RANK``. Under tensor or pipeline parallelism the global rank is wrong: pass
-            ``dp_rank`` and ``dp_size``.
+        rank: this process's data-parallel rank; found if not given (see
+            :mod:`zephon.pipeline.ranks`: a device mesh, ``torch.distributed``, ``RANK``).
+            Under tensor or pipeline parallelism the global rank is wrong: pass
+            ``dp_rank`` and ``dp_size``, or ``device_mesh``.
         world_size: the number of data-parallel ranks; default from ``torch.distributed``
             or ``WORLD_SIZE``.
         dp_rank: the data-parallel rank (the names ``rank``/``world_size`` take too): the
             processes of one tensor- or pipeline-parallel group pass the same ``dp_rank`` and
             receive the same samples.
         dp_size: the number of data-parallel groups.
+        device_mesh: a torch ``DeviceMesh``: the coordinates along its data-parallel
+            dimensions (``dp``, ``data_parallel``, ``dp_replicate``/``dp_shard``).
         lanes: logical streams (default ``world_size``); must be a multiple of ``world_size``.
             Rank ``r`` owns lanes ``[r * lanes / world_size, (r + 1) * lanes / world_size)``.
         deterministic: ``False`` delivers in completion order instead of curriculum order.
@@ -104,22 +108,9 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
         engine: Engine = "thread",
         dp_rank: int | None = None,
         dp_size: int | None = None,
+        device_mesh: Any = None,
     ) -> None:
-        if dp_rank is not None or dp_size is not None:
-            if dp_rank is None or dp_size is None:
-                raise ConfigError("dp_rank and dp_size go together: pass both")
-            if (rank is not None and rank != dp_rank) or (
-                world_size is not None and world_size != dp_size
-            ):
-                raise ConfigError(
-                    f"rank/world_size ({rank}, {world_size}) and dp_rank/dp_size ({dp_rank}, "
-                    f"{dp_size}) name the same coordinates: pass one pair"
-                )
-            rank, world_size = dp_rank, dp_size
-        if rank is None or world_size is None:
-            env_rank, env_world = default_rank()
-            rank = env_rank if rank is None else rank
-            world_size = env_world if world_size is None else world_size
+        rank, world_size = coordinates(rank, world_size, dp_rank, dp_size, device_mesh)
         spec = PipelineSpec(
             source,
             rank,

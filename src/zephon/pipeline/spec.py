@@ -7,7 +7,6 @@ produce the same stream.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from zephon.storage import RetryPolicy, StorageLimits
 
 BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec.block_bytes)
 
-__all__ = ["PipelineSpec", "default_rank", "fusable"]
+__all__ = ["PipelineSpec", "fusable"]
 
 
 def fusable(before: Operator, after: Operator) -> bool:
@@ -38,17 +37,6 @@ def fusable(before: Operator, after: Operator) -> bool:
         and after.processes > 0
         and before.executor == after.executor
     )
-
-
-def default_rank() -> tuple[int, int]:
-    """``(rank, world_size)`` from ``torch.distributed`` if initialised, else ``RANK`` and
-    ``WORLD_SIZE`` from the environment, else ``(0, 1)``. torch is asked only if the process
-    has imported it already: a process group needs torch imported, and importing it here
-    cost a script that never uses torch 3-6 s and ~230 MB."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 @dataclass(frozen=True)
