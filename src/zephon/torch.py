@@ -141,12 +141,10 @@ def _last_worker(
         from zephon.pipeline.ranks import default_rank
 
         rank, world_size = default_rank()
-    lanes, entries = checkpoint.get("lanes"), checkpoint.get("lane_states")
-    if (
-        not isinstance(lanes, int)
-        or not isinstance(entries, dict)
-        or lanes % (world_size * workers)
-    ):
+    from zephon.pipeline.state import lane_entries
+
+    lanes, entries = checkpoint.get("lanes"), lane_entries(checkpoint)
+    if not isinstance(lanes, int) or lanes % (world_size * workers):
         return workers - 1  # another layout: any order is exact
     per = lanes // (world_size * workers)
     counts, live = [], []

@@ -27,6 +27,7 @@ from tests.formatdata import (
 from zephon import Dataset
 from zephon.errors import ConfigError, FormatError, WorkerCrashed, ZephonError
 from zephon.pipeline import Pipeline
+from zephon.pipeline.state import lane_entries
 from zephon.plan import StaticMixtureWorkSource
 from zephon.storage import RetryPolicy
 from zephon.testing import FaultProxy, Faults, GCSEmulator, S3Endpoint
@@ -205,7 +206,7 @@ def test_a_stopped_run_frees_every_item_it_buffered(toy: Dataset, tail: str) -> 
         it.close()
         mine = {id(x) for item in held for x in (item if isinstance(item, list) else [item])}
         assert {id(x) for x in alive} <= mine
-        lanes = pipe.checkpoint()["lane_states"].values()
+        lanes = lane_entries(pipe.checkpoint()).values()
         assert sum(lane["items"] for lane in lanes) == 3  # what was received still counts
     finally:
         gc.enable()

@@ -14,6 +14,7 @@ from tests.formatdata import write_jsonl  # noqa: E402
 from zephon import Dataset  # noqa: E402
 from zephon.errors import ConfigError  # noqa: E402
 from zephon.pipeline import Pipeline  # noqa: E402
+from zephon.pipeline.state import lane_entries  # noqa: E402
 from zephon.plan import StaticMixtureWorkSource  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -129,7 +130,7 @@ def test_a_dataset_read_by_dataloader_workers_never_checkpoints_the_streams_star
     mp = {"num_workers": 2, "multiprocessing_context": "forkserver"}
     dataset = build(root, 0, 1).to_torch_dataset()
     fresh = dataset.state_dict()  # before any reading: the start, which is right
-    assert all(lane["items"] == 0 for lane in fresh["lane_states"].values())
+    assert all(lane["items"] == 0 for lane in lane_entries(fresh).values())
     loader = iter(DataLoader(dataset, batch_size=None, **mp))
     for _ in range(3):
         next(loader)
@@ -140,7 +141,7 @@ def test_a_dataset_read_by_dataloader_workers_never_checkpoints_the_streams_star
     in_process = iter(DataLoader(alone, batch_size=None))
     for _ in range(3):
         next(in_process)
-    assert sum(lane["items"] for lane in alone.state_dict()["lane_states"].values()) == 3
+    assert sum(lane["items"] for lane in lane_entries(alone.state_dict()).values()) == 3
 
 
 def _head(loader: Any, n: int) -> list[Any]:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tests import pipeline_fns as fns
 from zephon import Dataset, Pipeline, StateMismatch, StaticMixtureWorkSource
+from zephon.pipeline.state import lane_entries
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CHAINS = {
@@ -144,7 +145,7 @@ def test_a_pass_survives_a_cut_restored_on_another_world_and_lane_count(
     got, state = run_phase(ds, chain, world, lanes, None, limits, merge=True, **kw)
     rest, final = run_phase(ds, chain, world2, lanes2, state, [None] * world2, merge=True, **kw)
     assert Counter(got + rest) == expected(ds, chain)
-    assert all(entry["ended"] for entry in final["lane_states"].values())
+    assert all(entry["ended"] for entry in lane_entries(final).values())
     again, _ = run_phase(ds, chain, world2, lanes2, final, [None] * world2, merge=True, **kw)
     assert again == []  # a finished run restores to an empty stream
 
@@ -194,7 +195,7 @@ def test_items_held_by_operators_are_handed_over_when_relaning(
     lanes, world = third
     rest, final = run_phase(ds, chain, world, lanes, state, [None] * world, merge=True, **kw)
     assert Counter(got + rest) == expected(ds, chain)
-    assert all(entry["ended"] for entry in final["lane_states"].values())
+    assert all(entry["ended"] for entry in lane_entries(final).values())
 
 
 def test_keeping_the_lanes_keeps_the_order_of_a_shuffled_stream() -> None:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from zephon.ops.batch import Batch, collate
 from zephon.ops.block import Block, dataset_of
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.operator import LaneContext
+from zephon.ops.operator import LaneContext, check_counts
 
 __all__ = ["BatchPerDataset", "per_dataset_batches"]
 
@@ -99,6 +99,12 @@ class BatchPerDataset(Batch):
 
     def label(self) -> str:
         return f"batch({self.size}, drop_last={self.drop_last}, per_dataset=True)"
+
+    def check_state(self, state: Any) -> None:
+        if state != 0 and not (isinstance(state, dict) and state.keys() == {"skip"}):
+            raise ValueError('0 or {"skip": counts by dataset}')
+        if state:
+            check_counts(state["skip"], "skip")
 
     def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
         return per_dataset_batches(

@@ -28,7 +28,7 @@ from zephon.engine.stats import StageStats
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, dataset_of
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.operator import LaneContext, StreamOperator
+from zephon.ops.operator import LaneContext, StreamOperator, check_counts, is_count
 
 __all__ = ["EnsureMixture", "ensure_mixture"]
 
@@ -185,6 +185,25 @@ class EnsureMixture(StreamOperator):
             f"ensure_mixture(weight_by={self.weight_by}, field={self.field!r}, "
             f"buffer_size={self.buffer_size}, on_surplus={self.on_surplus})"
         )
+
+    def check_state(self, state: Any) -> None:
+        if state == 0:
+            return
+        if not isinstance(state, dict) or set(state) - {"skip", "fed", "emitted"}:
+            raise ValueError('0 or {"skip", "fed", "emitted"}')
+        check_counts(state.get("skip", {}), "skip")
+        if not is_count(state.get("fed", 0)):
+            raise ValueError("fed: a count")
+        emitted = state.get("emitted", [])
+        if (
+            not isinstance(emitted, list)
+            or len(emitted) != len(self.weights)
+            or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x < float("inf")
+                for x in emitted
+            )
+        ):
+            raise ValueError(f"emitted: {len(self.weights)} amounts")
 
     def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
         return ensure_mixture(

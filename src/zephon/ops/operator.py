@@ -34,7 +34,14 @@ from zephon.engine.stats import StageStats
 from zephon.ops.block import Block
 from zephon.ops.marks import Mark
 
-__all__ = ["LaneContext", "Operator", "StreamOperator", "placement_label"]
+__all__ = [
+    "LaneContext",
+    "Operator",
+    "StreamOperator",
+    "check_counts",
+    "is_count",
+    "placement_label",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,23 @@ class LaneContext:
     storages: Sequence[Any] = ()
     datasets: Sequence[Any] = ()
     on_skip: Callable[[Any, str], None] | None = None
+
+
+def is_count(value: Any) -> bool:
+    """A non-negative ``int`` (not a ``bool``): what most operator states are."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_counts(value: Any, what: str) -> None:
+    """``value`` maps digit strings (datasets) to counts, as the per-dataset skips do.
+
+    Raises:
+        ValueError: it does not.
+    """
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and k.isdigit() and is_count(v) for k, v in value.items()
+    ):
+        raise ValueError(f"{what}: counts by dataset")
 
 
 def placement_label(processes: int, executor: Any) -> str:
@@ -119,6 +143,17 @@ class Operator:
             StateMismatch: the change cannot be exact (saying why).
         """
         return state
+
+    def check_state(self, state: Any) -> None:
+        """Refuse a state from a checkpoint that this operator never writes (a corrupted
+        checkpoint must not fail mid-run or restart the stream). The default takes a count
+        or an object.
+
+        Raises:
+            ValueError: saying what the state should be.
+        """
+        if not (is_count(state) or isinstance(state, dict)):
+            raise ValueError("a count or an object")
 
     def holds_items(self) -> bool:
         """Whether it holds items back until it has many (a lane's read-ahead grows by the

@@ -40,8 +40,8 @@ from zephon.choices import PackAlgorithm
 from zephon.errors import ConfigError
 from zephon.ops.block import Block, ref_at
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.operator import LaneContext, Operator, StreamOperator
-from zephon.ops.windows import parse_state, windowed
+from zephon.ops.operator import LaneContext, Operator, StreamOperator, is_count
+from zephon.ops.windows import check_state, parse_state, windowed
 
 __all__ = ["PACK_ALGORITHMS", "Packing", "pack_blocks"]
 
@@ -103,6 +103,13 @@ class Packing(StreamOperator):
         skip, _, layers = parse_state(state, ())
         layer = {"seq_len": old.seq_len, "window": old.window, "skip": skip}
         return {"skip": 0, "layers": [*layers, layer]}
+
+    def check_state(self, state: Any) -> None:
+        if self.algorithm == "concat":
+            if not is_count(state):
+                raise ValueError("concat: a token offset")
+            return
+        check_state(state, ())
 
     def aligned(self, item: Any, n: int) -> list[str]:
         """The per-token fields of a document of ``n`` ids that rows carry."""

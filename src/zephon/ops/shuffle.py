@@ -30,7 +30,7 @@ import numpy as np
 from zephon.ops.block import Block
 from zephon.ops.marks import Mark, op_states, position_of
 from zephon.ops.operator import LaneContext, StreamOperator
-from zephon.ops.windows import first_parts, parse_state, windowed
+from zephon.ops.windows import check_state, first_parts, parse_state, windowed
 from zephon.plan.permute import key_of, permute
 
 __all__ = ["Shuffle", "replay_skips", "shuffle_blocks"]
@@ -98,6 +98,9 @@ class Shuffle(StreamOperator):
     def label(self) -> str:
         parts = f", warmup={self.warmup}" if 0 < self.warmup < self.size else ""
         return f"shuffle(buffer_size={self.size}, seed={self.seed}{parts})"
+
+    def check_state(self, state: Any) -> None:
+        check_state(state, first_parts(self.size, self.warmup))
 
     def holds_items(self) -> bool:
         return self.warmup == 0  # with a warm-up, a lane's first items leave early

@@ -14,7 +14,7 @@ from zephon.context import PASS, item_passes
 from zephon.errors import FormatError, StateMismatch
 from zephon.ops.block import Block, Provenance, ref_at
 from zephon.ops.marks import Mark, high_water, start_mark, with_state
-from zephon.ops.operator import LaneContext, StreamOperator
+from zephon.ops.operator import LaneContext, StreamOperator, is_count
 from zephon.ops.windows import REPLAYED
 
 __all__ = ["Apply", "Chain", "apply_block", "run_apply", "run_batch", "tokenize_block"]
@@ -360,6 +360,10 @@ class Apply(StreamOperator):
 
     def run_now(self, samples: list[Any]) -> list[Any] | None:
         return None  # an async generator over a stream: only a run runs it
+
+    def check_state(self, state: Any) -> None:
+        if not is_count(state) and not (isinstance(state, dict) and state.keys() == {"state"}):
+            raise ValueError('outputs to skip, or a stateful op\'s {"state": ...}')
 
     def run(self, blocks: AsyncIterator[Block], lane: LaneContext) -> AsyncIterator[Block]:
         return run_apply(self.fn, blocks, lane.lane, lane.depth, lane.resume)

@@ -14,8 +14,9 @@ from typing import Any
 
 from zephon.ops.block import Block, WindowRows
 from zephon.ops.marks import Mark, high_water, start_mark
+from zephon.ops.operator import is_count
 
-__all__ = ["REPLAYED", "Window", "first_parts", "parse_state", "windowed"]
+__all__ = ["REPLAYED", "Window", "check_state", "first_parts", "parse_state", "windowed"]
 
 
 class _Replayed:
@@ -55,6 +56,33 @@ def parse_state(state: Any, parts: tuple[int, ...]) -> tuple[int, int | None, li
         part = state.get("part")
         return int(state["skip"]), (None if part is None else int(part)), state.get("layers", [])
     return int(state), (0 if parts and state == 0 else None), []  # 0: the lane's start
+
+
+def check_state(state: Any, parts: tuple[int, ...]) -> None:
+    """Refuse what :func:`windowed` never writes: a count, ``{"skip": n, "part": k}`` with a
+    part of the lane's first window, or ``{"skip": n, "layers": [...]}``.
+
+    Raises:
+        ValueError: saying what it should be.
+    """
+    if is_count(state):
+        return
+    if not isinstance(state, dict) or not is_count(state.get("skip")):
+        raise ValueError('a window state: a count or {"skip": n, ...}')
+    if set(state) - {"skip", "part", "layers"}:
+        raise ValueError(f"a window state has no {sorted(set(state) - {'skip', 'part', 'layers'})}")
+    if "part" in state and not (is_count(state["part"]) and state["part"] < len(parts)):
+        raise ValueError(f"part: one of the {len(parts)} parts of the first window")
+    layers = state.get("layers", [])
+    if not isinstance(layers, list) or not all(
+        isinstance(x, dict)
+        and x.keys() == {"seq_len", "window", "skip"}
+        and all(is_count(v) for v in x.values())
+        and x["seq_len"] > 0
+        and x["window"] > 0
+        for x in layers
+    ):
+        raise ValueError("layers: the settings a window began under, with their skips")
 
 
 Window = Callable[[Mark, list[Any], list[Any], int, list[Any]], tuple[list[Any], list[Any]]]

@@ -7,6 +7,7 @@
 | ``graph`` | the running graph of one lane: a spec turned into stages joined by channels |
 | ``handover`` | Handover: a checkpoint restored into another lane count |
 | ``images`` | the builder's image steps: decode_image, resize, crops, flip, to_tensor |
+| ``lanestate`` | A lane's checkpoint entry: written compactly, read back checked |
 | ``placement`` | Where a CPU-heavy step runs: ``processes=N`` or ``executor=`` |
 | ``process`` | The child-process engine: the whole pipeline in a process of its own |
 | ``ranks`` | A pipeline's data-parallel coordinates, given or found (a device mesh) |

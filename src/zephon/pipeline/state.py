@@ -19,12 +19,22 @@ from zephon.ops.block import Block
 from zephon.ops.marks import Mark, new_mark
 from zephon.ops.operator import Operator
 from zephon.pipeline.handover import lane_entry, relane
+from zephon.pipeline.lanestate import check_cursor, count, decode, encode
 from zephon.pipeline.spec import PipelineSpec
 from zephon.refs import Cursor
 
-__all__ = ["Received", "Resume", "checkpoint", "merge_checkpoints", "merge_start", "restore"]
+__all__ = [
+    "Received",
+    "Resume",
+    "checkpoint",
+    "lane_entries",
+    "merge_checkpoints",
+    "merge_start",
+    "restore",
+]
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # lane entries compact (see zephon.pipeline.lanestate); 1 is read too
+VERSIONS = (1, 2)
 _ENTRY = ("cursor", "delivered", "ops", "hw", "residues")  # a lane's position in a checkpoint
 
 
@@ -113,11 +123,38 @@ def checkpoint(spec: PipelineSpec, received: Received, resume: Resume) -> dict[s
         elif lane in resume.lanes:
             restored = resume.lanes[lane]
             entry.update({k: restored[k] for k in _ENTRY if k in restored})
-        lanes[str(lane)] = entry
+        lanes[str(lane)] = encode(lane, entry)
     out = {"zephon_checkpoint": CHECKPOINT_VERSION, **spec.identity(), "lane_states": lanes}
     if resume.history:
         out["history"] = resume.history
     return out
+
+
+def lane_entries(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A checkpoint's lane entries as objects, checked (see :mod:`zephon.pipeline.lanestate`).
+
+    Raises:
+        StateMismatch: an entry is malformed (naming the field).
+    """
+    entries = state.get("lane_states", {})
+    if not isinstance(entries, dict):
+        raise StateMismatch("checkpoint field lane_states: not an object")
+    return {key: decode(key, value) for key, value in entries.items()}
+
+
+def _check_datasets(spec: PipelineSpec, entries: dict[str, dict[str, Any]]) -> None:
+    """Every cursor of the entries counts draws of as many datasets as the source has."""
+    n = len(spec.source.datasets)
+    for key, entry in entries.items():
+        records = [entry, entry.get("hw") or {}, *entry.get("residues", [])]
+        records += [r.get("hw") for r in entry.get("residues", []) if isinstance(r, dict)]
+        for record in records:
+            cursor = record.get("cursor") if isinstance(record, dict) else None
+            if isinstance(cursor, dict) and len(cursor.get("counts") or ()) != n:
+                raise StateMismatch(
+                    f"checkpoint field lane_states[{key!r}] counts: draws of "
+                    f"{len(cursor.get('counts') or ())} datasets, the source has {n}"
+                )
 
 
 def merge_checkpoints(states: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,8 +174,14 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     Raises:
         StateMismatch: not a checkpoint, or one of another pipeline (naming what differs).
     """
-    if not isinstance(state, dict) or state.get("zephon_checkpoint") != CHECKPOINT_VERSION:
+    if not isinstance(state, dict) or state.get("zephon_checkpoint") not in VERSIONS:
         raise StateMismatch("not a Zephon pipeline checkpoint")
+    state = {**state, "lane_states": lane_entries(state)}
+    _check_datasets(spec, state["lane_states"])
+    if isinstance(state.get("lanes"), bool) or not isinstance(state.get("lanes"), int):
+        raise StateMismatch(f"checkpoint field lanes: not a lane count ({state.get('lanes')!r})")
+    if state["lanes"] < 1 or not isinstance(state.get("history", []), list):
+        raise StateMismatch("checkpoint field lanes or history: out of range")
     ours = spec.identity()
     if state.get("on_error") != ours["on_error"]:
         raise StateMismatch(
@@ -152,7 +195,10 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     history = list(state.get("history", []))
     if state.get("lanes") != spec.lanes:
         history, residues = relane(spec, state, history)
-        residues = {lane: _adapt_residues(spec, changes, rs) for lane, rs in residues.items()}
+        residues = {
+            lane: _adapt_residues(spec, changes, rs, f"residues of lane {lane}")
+            for lane, rs in residues.items()
+        }
         zeros = [0] * spec.stateful_steps
         lanes = {
             lane: {
@@ -182,7 +228,12 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
         if entry.get("ended"):
             ended.add(lane)
         if "delivered" in entry:
-            resume.lanes[lane] = _lane_resume(spec, state, lane, entry, changes)
+            try:
+                resume.lanes[lane] = _lane_resume(spec, state, lane, entry, changes)
+            except (KeyError, TypeError, ValueError) as exc:  # parts the entry check leaves
+                raise StateMismatch(
+                    f"checkpoint field lane_states['{lane}']: {type(exc).__name__}: {exc}"
+                ) from None
     resume.ended = frozenset(ended)
     return resume
 
@@ -247,19 +298,45 @@ def _adapted(spec: PipelineSpec, changes: dict[int, Operator], ops: tuple[Any, .
 
 
 def _adapt_residues(
-    spec: PipelineSpec, changes: dict[int, Operator], records: list[dict[str, Any]]
+    spec: PipelineSpec, changes: dict[int, Operator], records: Any, where: str
 ) -> list[dict[str, Any]]:
-    """Residue records (see :mod:`zephon.pipeline.handover`) in this pipeline's terms."""
-    if not changes:
-        return records
-    return [{**r, "ops": list(_adapted(spec, changes, _ops(spec, r.get("ops"))))} for r in records]
+    """Residue records (see :mod:`zephon.pipeline.handover`), checked, in this pipeline's
+    terms."""
+    if not isinstance(records, list):
+        raise StateMismatch(f"checkpoint field {where}: not a list")
+    out = []
+    for i, record in enumerate(records):
+        at = f"{where}[{i}]"
+        if not isinstance(record, dict) or not isinstance(record.get("hw"), dict):
+            raise StateMismatch(f"checkpoint field {at}: not a residue")
+        for name in ("lanes", "generation", "lane", "delivered"):
+            count(record.get(name), f"{at} {name}")
+        if record["lanes"] < 1 or record["lane"] >= record["lanes"]:
+            raise StateMismatch(f"checkpoint field {at} lane: outside its lanes")
+        for cursor in (record.get("cursor"), record["hw"].get("cursor")):
+            if cursor is not None:
+                check_cursor(cursor, f"{at} cursor")
+        count(record["hw"].get("delivered"), f"{at} hw delivered")
+        ops = _adapted(spec, changes, _ops(spec, record.get("ops"), f"{at} ops"))
+        out.append({**record, "ops": list(ops)})
+    return out
 
 
-def _ops(spec: PipelineSpec, ops: Any) -> tuple[Any, ...]:
+def _ops(spec: PipelineSpec, ops: Any, where: str) -> tuple[Any, ...]:
     """Operator states as a checkpoint stores them, checked against the chain."""
     if not isinstance(ops, list | tuple) or len(ops) != spec.stateful_steps:
-        raise StateMismatch("checkpoint's operator states do not match the chain")
-    return tuple(x if isinstance(x, dict) else int(x) for x in ops)
+        raise StateMismatch(
+            f"checkpoint field {where}: {spec.stateful_steps} operator states expected"
+        )
+    for op, state in zip([op for op in spec.steps if op.stateful], ops, strict=True):
+        try:
+            op.check_state(state)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StateMismatch(
+                f"checkpoint field {where}: {state!r:.60} is no state of {op.label()} "
+                f"(it writes {exc})"
+            ) from None
+    return tuple(ops)
 
 
 def _lane_resume(
@@ -278,14 +355,15 @@ def _lane_resume(
         source.check_state(lane_state, spec.lanes)
     elif state["source"] != source.describe():
         raise StateMismatch("checkpoint was taken from a different work source")
-    ops = _adapted(spec, changes, _ops(spec, entry.get("ops", [])))
+    where = f"lane_states['{lane}']"
+    ops = _adapted(spec, changes, _ops(spec, entry.get("ops", []), f"{where} ops"))
     hw = entry.get("hw")
     if hw is not None:
         hw = (Cursor.from_dict(hw["cursor"]) if hw["cursor"] else None, int(hw["delivered"]))
     mark = new_mark(lane, cursor, int(entry["delivered"]), ops, hw)
     out = {key: entry[key] for key in _ENTRY if key in entry}
     if "residues" in out:
-        out["residues"] = _adapt_residues(spec, changes, out["residues"])
+        out["residues"] = _adapt_residues(spec, changes, out["residues"], f"{where} residues")
     return {**out, "ops": list(ops), "state": lane_state, "mark": mark}
 
 

@@ -211,6 +211,8 @@ class StaticMixtureWorkSource:
             their_lanes = int(state["lanes"])
         except (KeyError, TypeError, ValueError) as exc:
             raise StateMismatch(f"not a work source state ({type(exc).__name__}: {exc})") from None
+        if not isinstance(theirs, dict):
+            raise StateMismatch(f"checkpoint field source: not a work source ({theirs!r:.60})")
         ours = self.describe()
         diffs = [
             f"{key}: checkpoint has {theirs.get(key)!r}, this source has {ours[key]!r}"
