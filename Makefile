@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 AZURITE := .npm-tools/node_modules/.bin/azurite-blob
 
-.PHONY: demo test docs lint typecheck bench bench-peers fixtures azurite clean
+.PHONY: demo test chaos docs lint typecheck bench bench-peers fixtures azurite clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,8 +30,16 @@ $(AZURITE):
 azurite: $(AZURITE)
 
 # The suite includes the docs: every Python block runs, and the site builds with --strict.
+# Then a minute of the chaos harness, with a fresh seed it prints (see benchmarks/chaos.py).
 test: $(STAMP) $(AZURITE)
 	$(BIN)/python -m pytest -q
+	$(BIN)/python benchmarks/chaos.py --seconds 60
+
+# Random pipelines killed and resumed under random changes, audited: `make chaos TRIALS=1000
+# SEED=7` (a fresh seed if none is given; a failure prints the command that repeats it).
+TRIALS ?= 1000
+chaos: $(STAMP)
+	$(BIN)/python benchmarks/chaos.py --trials $(TRIALS) $(if $(SEED),--seed $(SEED))
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

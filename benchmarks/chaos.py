@@ -221,6 +221,8 @@ def child(job_path: str) -> None:
                         save(out / f"r{rank}-{step:06d}.json", {"step": step, "state": checkpoint})
                     with lock:
                         print("step", rank, step, flush=True)
+                    if step == job["kill_at"]:  # the kill comes once every rank is here
+                        threading.Event().wait()
         except BaseException as exc:  # reported to the parent, which fails the trial
             with lock:
                 errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
@@ -259,7 +261,7 @@ def consume(pipe: Any, segment: dict[str, Any], state: Any) -> Any:
             pipe.to_torch_dataset(), batch_size=None, num_workers=workers, **extra
         )
         if state is not None:
-            loader.load_state_dict(loader_state(state, workers, pipe.rank, pipe.world_size))
+            loader.load_state_dict(loader_state(state, workers, pipe))
         for item in loader:
             step += 1
             cut = loader_checkpoint(loader.state_dict()) if step % every == 0 else None
@@ -337,10 +339,12 @@ def run_segment(
     config: dict[str, Any], root: Path, s: int, state: Any, left: float, log: Any
 ) -> Path:
     """Segment ``s`` in a child process, killed unless it is the last at its ``kill``
-    fraction of the steps it has ``left`` (about); returns the folder of its logs and
-    checkpoints."""
+    fraction of the steps it has ``left`` (about): each rank stops after that step, and the
+    SIGKILL comes once all have (their prefetching still running), so a trial's cuts are the
+    same on every run. Returns the folder of its logs and checkpoints."""
     segment = config["segments"][s]
     kill_at = max(1, round(segment["kill"] * left / segment["world"]))  # steps of each rank
+    last = s == len(config["segments"]) - 1
     out = root / f"segment{s}"
     out.mkdir()
     job = out / "job.json"
@@ -352,10 +356,10 @@ def run_segment(
                 "out": str(out),
                 "root": str(root),
                 "state": state,
+                "kill_at": None if last else kill_at,
             }
         )
     )
-    last = s == len(config["segments"]) - 1
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", str(job)],
         stdout=subprocess.PIPE,

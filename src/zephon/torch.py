@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ZephonIterableDataset", "loader_checkpoint", "loader_state", "to_tensors"]
 
+LOADED = "zephon_loaded"  # a worker state as loader_state() gave it (see loader_checkpoint)
+
 
 def to_tensors(value: Any, pin_memory: bool = False) -> Any:
     """numpy arrays (also inside dicts, lists, tuples) as tensors sharing their memory;
@@ -75,6 +77,7 @@ class ZephonIterableDataset(IterableDataset[Any]):
         self.pin_memory = pin_memory
         self._active: Pipeline | None = None  # this worker's share, once iterating
         self._pending: dict[str, Any] | None = None  # a state to restore into it
+        self._prepared: Pipeline | None = None  # the share restored before its iteration
         # Iterated by DataLoader workers, the copy in the trainer's process never moves: a
         # worker leaves this marker, so that copy refuses to checkpoint the stream's start.
         self._marker = os.path.join(tempfile.gettempdir(), f"zephon-dataset-{uuid.uuid4().hex}")
@@ -100,10 +103,8 @@ class ZephonIterableDataset(IterableDataset[Any]):
         if get_worker_info() is not None and not os.path.exists(self._marker):
             with open(self._marker, "w"):  # read in a worker: see state_dict
                 pass
-        pipe = self._active = self._share()
-        if self._pending is not None:
-            pipe.restore(self._pending)
-            self._pending = None
+        pipe = self._active = self._restored()
+        self._prepared = None
         for item in pipe.iter():
             yield to_tensors(item, self.pin_memory)
 
@@ -115,8 +116,9 @@ class ZephonIterableDataset(IterableDataset[Any]):
                 read the pipeline: this copy has received nothing, and its state would
                 restart the stream.
         """
-        if self._pending is not None:
-            return self._pending
+        if self._pending is not None:  # not iterated since: the restored share's state
+            self._prepared = self._active = self._restored()
+            return self._prepared.checkpoint()
         if self._active is None and get_worker_info() is None and os.path.exists(self._marker):
             raise ConfigError(
                 "state_dict() of a dataset that DataLoader worker processes are reading: "
@@ -128,7 +130,31 @@ class ZephonIterableDataset(IterableDataset[Any]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` when the next iteration starts."""
-        self._pending = state
+        self._pending, self._prepared = state.get(LOADED, state), None
+
+    def _restored(self) -> Pipeline:
+        """This worker's share, with a pending state restored into it. A state asked for
+        before the iteration starts is then this share's (its lanes, in the restored
+        layout), not the whole checkpoint loaded: joined with the other workers' states, that
+        one put back lanes they had moved on from."""
+        if self._prepared is not None:
+            return self._prepared
+        pipe = self._share()
+        if self._pending is not None:
+            pipe.restore(self._pending)
+            self._pending = None
+        return pipe
+
+
+def _worker_state(checkpoint: dict[str, Any], w: int, workers: int, pipeline: Any) -> Any:
+    """What worker ``w`` restores from; the loader keeps it as the worker's state until the
+    worker yields. With the pipeline, the worker's share restored (its own lanes, in the new
+    layout); without, the whole checkpoint, marked as loaded (see :func:`loader_checkpoint`)."""
+    if pipeline is None:
+        return {LOADED: checkpoint}
+    share = pipeline.for_rank(pipeline.rank * workers + w, pipeline.world_size * workers)
+    share.restore(checkpoint)
+    return share.checkpoint()
 
 
 def _last_worker(
@@ -176,7 +202,7 @@ def loader_checkpoint(*states: dict[str, Any]) -> dict[str, Any]:
     snapshot, which only a loader with the same workers can skip again."""
     found: list[dict[str, Any]] = []
     for state in states:
-        if "zephon_checkpoint" in state:
+        if "zephon_checkpoint" in state or LOADED in state:
             found.append(state)
         elif "_snapshot" in state:
             if state.get("_steps_since_snapshot"):
@@ -197,22 +223,35 @@ def loader_checkpoint(*states: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("loader_checkpoint: no pipeline state in these DataLoader states")
     from zephon.pipeline import Pipeline
 
-    return Pipeline.merge_checkpoints(found)
+    loaded = [s[LOADED] for s in found if LOADED in s]
+    fresh = [s for s in found if LOADED not in s]
+    if loaded and fresh and any(s.get("lanes") != fresh[0].get("lanes") for s in loaded):
+        raise ConfigError(
+            "a DataLoader worker has not yielded since its loader was restored into another "
+            "lane count, and its state is still the whole checkpoint loaded: pass the "
+            "pipeline to loader_state(checkpoint, num_workers, pipeline) when restoring"
+        )
+    # A worker that has not yielded since the restore holds the checkpoint as loaded: its
+    # lanes have not moved, and the workers that have yielded overwrite theirs.
+    return Pipeline.merge_checkpoints(loaded + fresh)
 
 
 def loader_state(
-    checkpoint: dict[str, Any],
-    num_workers: int,
-    rank: int | None = None,
-    world_size: int | None = None,
+    checkpoint: dict[str, Any], num_workers: int, pipeline: Any = None
 ) -> dict[str, Any]:
     """A ``StatefulDataLoader`` state dict that resumes ``checkpoint`` (see
     :func:`loader_checkpoint`) with ``num_workers`` workers: each worker restores its own
     lanes from it, exactly (a new lane count is re-laned, as
-    :meth:`~zephon.pipeline.Pipeline.restore` does). ``rank``/``world_size`` (default: as
-    ``Pipeline``'s) say which rank's loader this is: with the checkpoint's lanes and worker
-    count, the loader takes its next batch from the worker whose turn it was, so the order
-    is the uninterrupted run's."""
+    :meth:`~zephon.pipeline.Pipeline.restore` does).
+
+    ``pipeline``: the rank's :class:`~zephon.pipeline.Pipeline` (or its
+    ``to_torch_dataset()``). Given, each worker's state is its own lanes restored, and the
+    loader takes its next batch from the worker whose turn it was (the order is the
+    uninterrupted run's when the layout is the checkpoint's). Without it, a state taken
+    before every worker has yielded again can be joined only into the same lane count.
+    """
+    if isinstance(pipeline, ZephonIterableDataset):
+        pipeline = pipeline.pipeline
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"loader_state: num_workers must be an int >= 0, got {num_workers!r}")
     fetcher = {"dataset_iter_state": None, "fetcher_ended": False}
@@ -232,12 +271,17 @@ def loader_state(
             "_iterator_finished": False,
         }
     workers = {
-        f"worker_{w}": {"worker_id": w, "dataset_state": checkpoint, "fetcher_state": fetcher}
+        f"worker_{w}": {
+            "worker_id": w,
+            "dataset_state": _worker_state(checkpoint, w, num_workers, pipeline),
+            "fetcher_state": fetcher,
+        }
         for w in range(num_workers)
     }
+    where = (pipeline.rank, pipeline.world_size) if pipeline is not None else (None, None)
     snapshot = {
         "_snapshot_step": 0,
-        "_last_yielded_worker_id": _last_worker(checkpoint, num_workers, rank, world_size),
+        "_last_yielded_worker_id": _last_worker(checkpoint, num_workers, *where),
         "_main_snapshot": {
             **main,
             "_num_workers": num_workers,

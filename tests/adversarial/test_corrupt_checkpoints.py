@@ -53,20 +53,21 @@ def _set(state: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, 
     return out
 
 
-LANE = ("lane_states", "1")
+LANE = ("lane_runs", "0", 1)
 CORRUPTIONS = {
     "not a dict": ([], "not a Zephon pipeline checkpoint"),
     "version": (_set(STATE, ("zephon_checkpoint",), 99), "not a Zephon pipeline checkpoint"),
-    "lane_states": (_set(STATE, ("lane_states",), [1, 2]), "lane_states: not an object"),
-    "lane key": (_set(STATE, ("lane_states", "x"), [0, 0]), "is not a lane number"),
-    "entry kind": (_set(STATE, LANE, "here"), r"lane_states\['1'\]: not a lane entry"),
-    "entry length": (_set(STATE, LANE, [1, 2, 3]), r"lane_states\['1'\]: not a lane entry"),
-    "items": (_set(STATE, (*LANE, 0), -3), r"lane_states\['1'\] items: not a count"),
-    "ended": (_set(STATE, (*LANE, 1), "yes"), r"lane_states\['1'\] ended: not a count"),
-    "chunk": (_set(STATE, (*LANE, 2), 1.5), r"lane_states\['1'\] chunk: not a count"),
-    "counts": (_set(STATE, (*LANE, 4), {"a": 1}), r"lane_states\['1'\] counts: not a list"),
-    "ops": (_set(STATE, (*LANE, 5), ["x"]), r"lane_states\['1'\] ops: not a list of states"),
-    "op state": (_set(STATE, (*LANE, 5), [[1, 2, 3]]), r"lane_states\['1'\] ops"),
+    "lane_runs": (_set(STATE, ("lane_runs",), [1, 2]), "lane_runs: not an object"),
+    "lane key": (_set(STATE, ("lane_runs", "x"), [[0, 0]]), "is not a lane number"),
+    "run": (_set(STATE, ("lane_runs", "0"), {"1": 2}), r"lane_runs\['0'\]: not a list"),
+    "entry kind": (_set(STATE, LANE, "here"), r"lane_runs\['0'\]\[1\]: not a lane entry"),
+    "entry length": (_set(STATE, LANE, [1, 2, 3]), r"lane_runs\['0'\]\[1\]: not a lane entry"),
+    "items": (_set(STATE, (*LANE, 0), -3), r"lane_runs\['0'\]\[1\] items: not a count"),
+    "ended": (_set(STATE, (*LANE, 1), "yes"), r"lane_runs\['0'\]\[1\] ended: not a count"),
+    "chunk": (_set(STATE, (*LANE, 2), 1.5), r"lane_runs\['0'\]\[1\] chunk: not a count"),
+    "counts": (_set(STATE, (*LANE, 4), {"a": 1}), r"lane_runs\['0'\]\[1\] counts: not a list"),
+    "ops": (_set(STATE, (*LANE, 5), ["x"]), r"lane_runs\['0'\]\[1\] ops: not a list of states"),
+    "op state": (_set(STATE, (*LANE, 5), [[1, 2, 3]]), r"lane_runs\['0'\]\[1\] ops"),
     "lanes": (_set(STATE, ("lanes",), "3"), "checkpoint field lanes"),
     "history": (_set(STATE, ("history",), 7), "history"),
     "ops labels": (_set(STATE, ("ops",), ["shuffle"]), "ops: checkpoint has"),
@@ -83,9 +84,9 @@ def test_a_corrupted_field_is_named(name: str) -> None:
 
 def test_the_object_form_of_an_entry_is_checked_too() -> None:
     entry = {"items": 1, "ended": False, "cursor": {"lane": 1, "chunk": "0"}, "delivered": 2}
-    with pytest.raises(StateMismatch, match=r"lane_states\['1'\] cursor chunk: not a count"):
+    with pytest.raises(StateMismatch, match=r"lane_runs\['0'\]\[1\] cursor chunk: not a count"):
         build().restore(_set(STATE, LANE, {**entry, "ops": [0]}))
-    with pytest.raises(StateMismatch, match=r"lane_states\['1'\] residues"):
+    with pytest.raises(StateMismatch, match=r"lane_runs\['0'\]\[1\] residues"):
         build().restore(_set(STATE, LANE, {"items": 0, "ended": False, "residues": 5}))
 
 

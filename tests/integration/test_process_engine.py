@@ -62,7 +62,7 @@ def test_items_checkpoints_and_restore_match_the_thread_engine(docs: Dataset) ->
     again = build(docs, "process")
     again.restore(state)
     assert rows(list(again)) == rows(tail)
-    assert again.checkpoint()["lane_states"] == threaded.checkpoint()["lane_states"]
+    assert again.checkpoint()["lane_runs"] == threaded.checkpoint()["lane_runs"]
 
 
 def test_torch_tensors_and_async_iteration(docs: Dataset) -> None:

@@ -182,3 +182,30 @@ def test_other_changes_are_still_refused() -> None:
     forged = {**state, "settings": [None, {"size": "8; rm", "drop_last": False}]}
     with pytest.raises(StateMismatch, match="ops: checkpoint has"):
         _batched(9)[0].restore(forged)
+
+
+def _v1_pipeline(lanes: int = 4) -> Pipeline:
+    """The pipeline ``tests/fixtures/data/checkpoint-v1.json`` was taken from (by a release
+    writing version-1 checkpoints: lane entries as objects, no recorded settings)."""
+    docs = [{"input_ids": [1000 * (i + 1) + p for p in range(i % 13 + 1)]} for i in range(200)]
+    ds = Dataset.from_records("docs", docs, samples_per_shard=25)
+    ws = StaticMixtureWorkSource([ds], seed=11, shuffle="global", chunk_size=16)
+    pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes).shuffle(30, warmup=4)
+    return pipe.pack_sequences(16, "best_fit", window=8).batch(2)
+
+
+@pytest.mark.parametrize("lanes", [4, 3])
+def test_a_version_1_checkpoint_still_restores(lanes: int) -> None:
+    from pathlib import Path
+
+    saved = json.loads((Path(__file__).parents[1] / "fixtures/data/checkpoint-v1.json").read_text())
+    assert saved["state"]["zephon_checkpoint"] == 1
+    whole = [b["input_ids"].tolist() for b in _v1_pipeline()]
+    assert saved["head"] == whole[:9]  # the same stream as the release that wrote it
+    again = _v1_pipeline(lanes)
+    again.restore(saved["state"])
+    rest = [b["input_ids"].tolist() for b in again]
+    if lanes == 4:
+        assert saved["head"] + rest == whole
+    ids = sorted(t for b in saved["head"] + rest for row in b for t in row if t)
+    assert ids == sorted(t for b in whole for row in b for t in row if t)

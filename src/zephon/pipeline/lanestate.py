@@ -1,7 +1,8 @@
 """A lane's checkpoint entry: written compactly, read back checked.
 
-A checkpoint holds one entry per lane (see :mod:`zephon.pipeline.state`). The usual entry, a
-lane inside its curriculum, is a list of numbers::
+A checkpoint holds one entry per lane (see :mod:`zephon.pipeline.state`), in runs of
+consecutive lanes (a rank's): ``"lane_runs": {"<first lane>": [entry, entry, ...]}``. The
+usual entry, a lane inside its curriculum, is a list of numbers::
 
     [items, ended, chunk, delivered, counts, ops]        and, when its operators hold items,
     [items, ended, chunk, delivered, counts, ops, [chunks, delivered, counts]]
@@ -17,11 +18,14 @@ lane inside its curriculum, is a list of numbers::
 A state ``{"skip": s, "part": p}`` (a shuffle inside a part of its lane's first window) is
 written ``[s, p]``.
 
-A lane that has received nothing is ``[items, ended]``. Any other entry (a lane replaying a
-residue after re-laning, a token mixture's cursor) is an object with the fields ``items``,
-``ended``, ``cursor``, ``delivered``, ``ops``, ``hw``, ``residues``, as every entry of a
-version-1 checkpoint is; both are read. Reading checks every field and names the one that is
-wrong: a corrupted checkpoint is refused, never read as a restart.
+A lane whose last item left before its first chunk's cursor (inside a shuffle's first
+window) has ``null`` for ``chunk``, ``[]`` for ``counts`` and its high water counted from the
+lane's start. A lane that has received nothing is ``[items, ended]``. Any other entry (a
+lane replaying a residue after re-laning, a token mixture's cursor) is an object with the
+fields ``items``, ``ended``, ``cursor``, ``delivered``, ``ops``, ``hw``, ``residues``, as
+every entry of a version-1 checkpoint (``"lane_states": {"<lane>": entry}``) is; both are
+read. Reading checks every field and names the one that is wrong: a corrupted checkpoint is
+refused, never read as a restart.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 from zephon.errors import StateMismatch
 
-__all__ = ["check_cursor", "count", "decode", "encode"]
+__all__ = ["check_cursor", "count", "decode", "encode", "lane_number"]
 
 
 def encode(lane: int, entry: dict[str, Any]) -> list[Any] | dict[str, Any]:
@@ -39,21 +43,27 @@ def encode(lane: int, entry: dict[str, Any]) -> list[Any] | dict[str, Any]:
     if "delivered" not in entry:
         return [items, ended]
     cursor, hw = entry.get("cursor"), entry.get("hw")
-    if "residues" in entry or not _plain(cursor, lane):
+    if "residues" in entry or not (cursor is None or _plain(cursor, lane)):
         return entry
     ops = [_pack_state(x) for x in entry["ops"]]
-    out = [items, ended, cursor["chunk"], entry["delivered"], cursor["counts"], ops]
+    if cursor is None:  # the lane's start: the high water, if any, counts from chunk 0
+        base = {"chunk": 0, "counts": None}
+        out = [items, ended, None, entry["delivered"], [], ops]
+    else:
+        base = cursor
+        out = [items, ended, cursor["chunk"], entry["delivered"], cursor["counts"], ops]
     if hw is None:
         return out
     there = hw["cursor"]
-    if not _plain(there, lane) or there["chunk"] < cursor["chunk"]:
+    if not _plain(there, lane) or there["chunk"] < base["chunk"]:
         return entry
-    drawn = [b - a for a, b in zip(cursor["counts"], there["counts"], strict=True)]
+    before = base["counts"] or [0] * len(there["counts"])
+    drawn = [b - a for a, b in zip(before, there["counts"], strict=True)]
     if min(drawn, default=0) < 0:
         return entry
-    if there["chunk"] == cursor["chunk"]:
+    if cursor is not None and there["chunk"] == cursor["chunk"]:
         return [*out, hw["delivered"]]
-    return [*out, [there["chunk"] - cursor["chunk"], hw["delivered"], drawn]]
+    return [*out, [there["chunk"] - base["chunk"], hw["delivered"], drawn]]
 
 
 def _pack_state(state: Any) -> Any:
@@ -74,16 +84,19 @@ def _plain(cursor: Any, lane: int) -> bool:
     )
 
 
-def decode(key: str, value: Any) -> dict[str, Any]:
-    """The entry of lane ``key`` as an object, checked.
+def lane_number(key: Any, where: str) -> int:
+    """A lane number written as a JSON object's key."""
+    if not (isinstance(key, str) and key.isdigit() and key.isascii()):
+        raise StateMismatch(f"checkpoint field {where}: {_show(key)} is not a lane number")
+    return int(key)
+
+
+def decode(lane: int, value: Any, where: str) -> dict[str, Any]:
+    """The entry of ``lane`` (the checkpoint's field ``where``) as an object, checked.
 
     Raises:
         StateMismatch: a field is missing or of the wrong kind (naming it).
     """
-    if not (isinstance(key, str) and key.isdigit() and key.isascii()):
-        raise StateMismatch(f"checkpoint field lane_states: {_show(key)} is not a lane number")
-    lane = int(key)
-    where = f"lane_states[{key!r}]"
     if isinstance(value, dict):
         return _checked(value, lane, where)
     if not isinstance(value, list) or len(value) not in (2, 6, 7):
@@ -94,9 +107,13 @@ def decode(key: str, value: Any) -> dict[str, Any]:
     }
     if len(value) == 2:
         return entry
-    chunk, delivered = count(value[2], f"{where} chunk"), count(value[3], f"{where} delivered")
+    start = value[2] is None  # the lane's start: no cursor
+    chunk = 0 if start else count(value[2], f"{where} chunk")
+    delivered = count(value[3], f"{where} delivered")
     counts = _counts(value[4], f"{where} counts")
-    entry["cursor"] = _cursor(lane, chunk, counts)
+    if start and counts:
+        raise StateMismatch(f"checkpoint field {where} counts: a lane's start has none")
+    entry["cursor"] = None if start else _cursor(lane, chunk, counts)
     entry["delivered"] = delivered
     ops = value[5]
     if isinstance(ops, list):
@@ -104,14 +121,14 @@ def decode(key: str, value: Any) -> dict[str, Any]:
     entry["ops"] = _ops(ops, f"{where} ops")
     if len(value) == 7:
         hw = value[6]
-        if not isinstance(hw, list):  # in the cursor's chunk
+        if not isinstance(hw, list) and not start:  # in the cursor's chunk
             hw = [0, hw, [0] * len(counts)]
-        if len(hw) != 3:
+        if not isinstance(hw, list) or len(hw) != 3:
             raise StateMismatch(f"checkpoint field {where} hw: not [chunks, delivered, counts]")
         drawn = _counts(hw[2], f"{where} hw counts")
-        if len(drawn) != len(counts):
+        if not start and len(drawn) != len(counts):
             raise StateMismatch(f"checkpoint field {where} hw counts: {len(drawn)} datasets")
-        there = [a + b for a, b in zip(counts, drawn, strict=True)]
+        there = drawn if start else [a + b for a, b in zip(counts, drawn, strict=True)]
         entry["hw"] = {
             "cursor": _cursor(lane, chunk + count(hw[0], f"{where} hw chunks"), there),
             "delivered": count(hw[1], f"{where} hw delivered"),

@@ -19,7 +19,7 @@ from zephon.ops.block import Block
 from zephon.ops.marks import Mark, new_mark
 from zephon.ops.operator import Operator
 from zephon.pipeline.handover import lane_entry, relane
-from zephon.pipeline.lanestate import check_cursor, count, decode, encode
+from zephon.pipeline.lanestate import check_cursor, count, decode, encode, lane_number
 from zephon.pipeline.spec import PipelineSpec
 from zephon.refs import Cursor
 
@@ -112,7 +112,7 @@ def checkpoint(spec: PipelineSpec, received: Received, resume: Resume) -> dict[s
     """JSON state of what the consumer has received, for this rank's lanes. A lane the
     consumer has not reached since a restore keeps its restored entry."""
     received.settle()
-    lanes: dict[str, Any] = {}
+    lanes: list[Any] = []
     for lane in spec.my_lanes:
         entry: dict[str, Any] = {
             "items": received.items.get(lane, 0),
@@ -123,8 +123,9 @@ def checkpoint(spec: PipelineSpec, received: Received, resume: Resume) -> dict[s
         elif lane in resume.lanes:
             restored = resume.lanes[lane]
             entry.update({k: restored[k] for k in _ENTRY if k in restored})
-        lanes[str(lane)] = encode(lane, entry)
-    out = {"zephon_checkpoint": CHECKPOINT_VERSION, **spec.identity(), "lane_states": lanes}
+        lanes.append(encode(lane, entry))
+    runs = {str(spec.my_lanes.start): lanes}  # a rank's lanes are consecutive
+    out = {"zephon_checkpoint": CHECKPOINT_VERSION, **spec.identity(), "lane_runs": runs}
     if resume.history:
         out["history"] = resume.history
     return out
@@ -136,10 +137,20 @@ def lane_entries(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     Raises:
         StateMismatch: an entry is malformed (naming the field).
     """
-    entries = state.get("lane_states", {})
-    if not isinstance(entries, dict):
-        raise StateMismatch("checkpoint field lane_states: not an object")
-    return {key: decode(key, value) for key, value in entries.items()}
+    old, runs = state.get("lane_states", {}), state.get("lane_runs", {})
+    if not isinstance(old, dict) or not isinstance(runs, dict):
+        raise StateMismatch("checkpoint field lane_states or lane_runs: not an object")
+    out = {}
+    for key, value in old.items():  # version 1
+        lane = lane_number(key, "lane_states")
+        out[str(lane)] = decode(lane, value, f"lane_states[{key!r}]")
+    for key, values in runs.items():
+        first = lane_number(key, "lane_runs")
+        if not isinstance(values, list):
+            raise StateMismatch(f"checkpoint field lane_runs[{key!r}]: not a list")
+        for i, value in enumerate(values):
+            out[str(first + i)] = decode(first + i, value, f"lane_runs[{key!r}][{i}]")
+    return out
 
 
 def _check_datasets(spec: PipelineSpec, entries: dict[str, dict[str, Any]]) -> None:
@@ -152,7 +163,7 @@ def _check_datasets(spec: PipelineSpec, entries: dict[str, dict[str, Any]]) -> N
             cursor = record.get("cursor") if isinstance(record, dict) else None
             if isinstance(cursor, dict) and len(cursor.get("counts") or ()) != n:
                 raise StateMismatch(
-                    f"checkpoint field lane_states[{key!r}] counts: draws of "
+                    f"checkpoint field: lane {key}'s counts: draws of "
                     f"{len(cursor.get('counts') or ())} datasets, the source has {n}"
                 )
 
@@ -162,9 +173,11 @@ def merge_checkpoints(states: list[dict[str, Any]]) -> dict[str, Any]:
     if not states:
         raise ConfigError("merge_checkpoints needs at least one checkpoint")
     merged = dict(states[0])
-    merged["lane_states"] = {}
-    for state in states:
-        merged["lane_states"].update(state.get("lane_states", {}))
+    for name in ("lane_states", "lane_runs"):  # versions 1 and 2
+        merged.pop(name, None)
+        for state in states:
+            if name in state:
+                merged.setdefault(name, {}).update(state[name])
     return merged
 
 
@@ -232,7 +245,7 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
                 resume.lanes[lane] = _lane_resume(spec, state, lane, entry, changes)
             except (KeyError, TypeError, ValueError) as exc:  # parts the entry check leaves
                 raise StateMismatch(
-                    f"checkpoint field lane_states['{lane}']: {type(exc).__name__}: {exc}"
+                    f"checkpoint field: lane {lane}'s entry: {type(exc).__name__}: {exc}"
                 ) from None
     resume.ended = frozenset(ended)
     return resume
@@ -355,7 +368,7 @@ def _lane_resume(
         source.check_state(lane_state, spec.lanes)
     elif state["source"] != source.describe():
         raise StateMismatch("checkpoint was taken from a different work source")
-    where = f"lane_states['{lane}']"
+    where = f"lane {lane}'s entry"
     ops = _adapted(spec, changes, _ops(spec, entry.get("ops", []), f"{where} ops"))
     hw = entry.get("hw")
     if hw is not None:
