@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -204,12 +205,19 @@ def child(job_path: str) -> None:
     lock = threading.Lock()
     errors: list[str] = []
 
-    def run(rank: int) -> None:
+    def start(rank: int) -> Any:
+        """The rank's steps, its first taken: DataLoader workers fork here, in the main
+        thread, before any rank runs on a thread of its own (forking a process whose other
+        threads may hold locks is unsafe; a trainer has one loader per process anyway)."""
+        steps = consume(build(config, root, segment, rank), segment, state)
+        return itertools.chain([next(steps)], steps)
+
+    def run(rank: int, steps: Any) -> None:
         try:
-            pipe = build(config, root, segment, rank)
+            steps = steps if steps is not None else start(rank)
             log = open(out / f"r{rank}.log", "w")  # noqa: SIM115 (closed below)
             with log:
-                for step, item, checkpoint in consume(pipe, segment, state):
+                for step, item, checkpoint in steps:
                     if item is None:  # the end: the final checkpoint
                         save(out / f"r{rank}-end.json", {"step": step, "state": checkpoint})
                         with lock:
@@ -227,7 +235,13 @@ def child(job_path: str) -> None:
             with lock:
                 errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(segment["world"])]
+    ranks = range(segment["world"])
+    try:
+        first = [start(r) for r in ranks] if segment["loader"] == "dataloader" else None
+    except BaseException as exc:
+        print("error", json.dumps([f"{type(exc).__name__}: {exc}"]), flush=True)
+        sys.exit(1)
+    threads = [threading.Thread(target=run, args=(r, first[r] if first else None)) for r in ranks]
     for t in threads:
         t.start()
     for t in threads:
@@ -253,9 +267,8 @@ def consume(pipe: Any, segment: dict[str, Any], state: Any) -> Any:
         from zephon.torch import loader_checkpoint, loader_state
 
         workers = segment["workers"]
-        # forkserver: forking this process, whose ranks run on threads, could copy a lock
-        # another thread held (a trainer has one loader per process; see the tests too)
-        extra = {"prefetch_factor": segment["prefetch"], "multiprocessing_context": "forkserver"}
+        # fork: the workers start from the main thread before the ranks' threads (child())
+        extra = {"prefetch_factor": segment["prefetch"], "multiprocessing_context": "fork"}
         extra = extra if workers else {}
         loader = StatefulDataLoader(
             pipe.to_torch_dataset(), batch_size=None, num_workers=workers, **extra
