@@ -535,6 +535,7 @@ def main() -> None:
         "--seconds", type=float, default=None, help="stop starting trials after this"
     )
     parser.add_argument("--only", type=int, default=None, help="run this trial alone")
+    parser.add_argument("--first", type=int, default=0, help="the first trial's number")
     parser.add_argument("--jobs", type=int, default=2, help="trials at once")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -542,12 +543,9 @@ def main() -> None:
     if args.child:
         return child(args.child)
     seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
-    trials = (
-        [args.only]
-        if args.only is not None
-        else list(range(args.trials if args.seconds is None else 10**9))
-    )
-    what = f"{args.trials} trials" if args.seconds is None else f"{args.seconds:.0f} s of trials"
+    count = args.trials if args.seconds is None else 10**9
+    trials = [args.only] if args.only is not None else list(range(args.first, args.first + count))
+    what = f"{args.seconds:.0f} s of trials" if args.seconds else f"trials {trials[0]}-{trials[-1]}"
     print(
         f"chaos: seed {seed}, {f'trial {args.only}' if args.only is not None else what}", flush=True
     )

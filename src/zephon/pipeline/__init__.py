@@ -4,6 +4,7 @@
 | --- | --- |
 | ``bridge`` | The sync bridge: an async generator run on a background event loop |
 | ``builder`` | The builder: ``Pipeline``, a fluent and immutable description, and its iteration |
+| ``changes`` | Changes on restore: operators whose changeable settings differ from a checkpoint's |
 | ``graph`` | the running graph of one lane: a spec turned into stages joined by channels |
 | ``handover`` | Handover: a checkpoint restored into another lane count |
 | ``images`` | the builder's image steps: decode_image, resize, crops, flip, to_tensor |

@@ -12,8 +12,8 @@ usual entry, a lane inside its curriculum, is a list of numbers::
   the lane and, per dataset, the draws before it; its position is their sum);
 - ``delivered``: pointers of that chunk delivered; ``ops``: the stateful operators' states;
 - the last item, the high water (how far the operators had read) relative to the cursor:
-  pointers of the cursor's chunk read, or ``[chunks after it, pointers of that chunk, draws
-  after the cursor's per dataset]``.
+  pointers of the cursor's chunk read (when it is in that chunk), or ``[chunks after it,
+  pointers of that chunk, draws after the cursor's per dataset]``.
 
 A state ``{"skip": s, "part": p}`` (a shuffle inside a part of its lane's first window) is
 written ``[s, p]``.
@@ -61,7 +61,7 @@ def encode(lane: int, entry: dict[str, Any]) -> list[Any] | dict[str, Any]:
     drawn = [b - a for a, b in zip(before, there["counts"], strict=True)]
     if min(drawn, default=0) < 0:
         return entry
-    if cursor is not None and there["chunk"] == cursor["chunk"]:
+    if there["chunk"] == base["chunk"] and not any(drawn):  # within the cursor's chunk
         return [*out, hw["delivered"]]
     return [*out, [there["chunk"] - base["chunk"], hw["delivered"], drawn]]
 
@@ -91,8 +91,9 @@ def lane_number(key: Any, where: str) -> int:
     return int(key)
 
 
-def decode(lane: int, value: Any, where: str) -> dict[str, Any]:
-    """The entry of ``lane`` (the checkpoint's field ``where``) as an object, checked.
+def decode(lane: int, value: Any, where: str, datasets: int) -> dict[str, Any]:
+    """The entry of ``lane`` (the checkpoint's field ``where``) as an object, checked; the
+    curriculum mixes ``datasets`` datasets.
 
     Raises:
         StateMismatch: a field is missing or of the wrong kind (naming it).
@@ -121,8 +122,8 @@ def decode(lane: int, value: Any, where: str) -> dict[str, Any]:
     entry["ops"] = _ops(ops, f"{where} ops")
     if len(value) == 7:
         hw = value[6]
-        if not isinstance(hw, list) and not start:  # in the cursor's chunk
-            hw = [0, hw, [0] * len(counts)]
+        if not isinstance(hw, list):  # in the cursor's chunk (the first, at the start)
+            hw = [0, hw, [0] * (datasets if start else len(counts))]
         if not isinstance(hw, list) or len(hw) != 3:
             raise StateMismatch(f"checkpoint field {where} hw: not [chunks, delivered, counts]")
         drawn = _counts(hw[2], f"{where} hw counts")

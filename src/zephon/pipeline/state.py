@@ -8,7 +8,6 @@ work in flight is planned again on restore.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from zephon.errors import ConfigError, StateMismatch
 from zephon.ops.block import Block
 from zephon.ops.marks import Mark, new_mark
 from zephon.ops.operator import Operator
+from zephon.pipeline.changes import adapted, changes
 from zephon.pipeline.handover import lane_entry, relane
 from zephon.pipeline.lanestate import check_cursor, count, decode, encode, lane_number
 from zephon.pipeline.spec import PipelineSpec
@@ -140,16 +140,19 @@ def lane_entries(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     old, runs = state.get("lane_states", {}), state.get("lane_runs", {})
     if not isinstance(old, dict) or not isinstance(runs, dict):
         raise StateMismatch("checkpoint field lane_states or lane_runs: not an object")
+    source = state.get("source")
+    named = source.get("datasets") if isinstance(source, dict) else None
+    datasets = len(named) if isinstance(named, list) else 0
     out = {}
     for key, value in old.items():  # version 1
         lane = lane_number(key, "lane_states")
-        out[str(lane)] = decode(lane, value, f"lane_states[{key!r}]")
+        out[str(lane)] = decode(lane, value, f"lane_states[{key!r}]", datasets)
     for key, values in runs.items():
         first = lane_number(key, "lane_runs")
         if not isinstance(values, list):
             raise StateMismatch(f"checkpoint field lane_runs[{key!r}]: not a list")
         for i, value in enumerate(values):
-            out[str(first + i)] = decode(first + i, value, f"lane_runs[{key!r}][{i}]")
+            out[str(first + i)] = decode(first + i, value, f"lane_runs[{key!r}][{i}]", datasets)
     return out
 
 
@@ -201,7 +204,7 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
             f"checkpoint does not match this pipeline: on_error: checkpoint has "
             f"{state.get('on_error')!r}, this pipeline has {ours['on_error']!r}"
         )
-    changes = _changes(spec, state)
+    changed = changes(spec, state)
     _check_locations(spec, state.get("locations"))
     _adopt_ratios(spec, state.get("source"))
     lane_states = state.get("lane_states", {})
@@ -209,7 +212,7 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     if state.get("lanes") != spec.lanes:
         history, residues = relane(spec, state, history)
         residues = {
-            lane: _adapt_residues(spec, changes, rs, f"residues of lane {lane}")
+            lane: _adapt_residues(spec, changed, rs, f"residues of lane {lane}")
             for lane, rs in residues.items()
         }
         zeros = [0] * spec.stateful_steps
@@ -242,72 +245,13 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
             ended.add(lane)
         if "delivered" in entry:
             try:
-                resume.lanes[lane] = _lane_resume(spec, state, lane, entry, changes)
+                resume.lanes[lane] = _lane_resume(spec, state, lane, entry, changed)
             except (KeyError, TypeError, ValueError) as exc:  # parts the entry check leaves
                 raise StateMismatch(
                     f"checkpoint field: lane {lane}'s entry: {type(exc).__name__}: {exc}"
                 ) from None
     resume.ended = frozenset(ended)
     return resume
-
-
-def _changes(spec: PipelineSpec, state: dict[str, Any]) -> dict[int, Operator]:
-    """The operators whose :attr:`~zephon.ops.operator.Operator.changeable` settings differ
-    from the checkpoint's, each as the checkpoint had it, by step.
-
-    Raises:
-        StateMismatch: the chains differ otherwise, or a change cannot be exact.
-    """
-    theirs, settings = state.get("ops"), state.get("settings")
-    ours = [op.identity() for op in spec.steps]
-    mismatch = StateMismatch(
-        f"checkpoint does not match this pipeline: ops: checkpoint has {theirs!r}, "
-        f"this pipeline has {ours!r}"
-    )
-    if not isinstance(theirs, list) or len(theirs) != len(ours):
-        raise mismatch
-    changes: dict[int, Operator] = {}
-    for i, (op, label) in enumerate(zip(spec.steps, theirs, strict=True)):
-        if label == ours[i]:
-            continue
-        old = _as_checkpointed(op, settings[i] if isinstance(settings, list) else None)
-        if old is None or old.identity() != label:
-            raise mismatch
-        changes[i] = old
-    for i, old in changes.items():
-        later = [op for op in spec.steps[i + 1 :] if op.stateful]
-        if later:
-            raise StateMismatch(
-                f"the checkpoint was taken under {old.label()} and this pipeline has "
-                f"{spec.steps[i].label()}: {later[0].label()} after it holds its outputs, "
-                "counted in the old units, so the change cannot be exact; restore under "
-                f"{old.label()}"
-            )
-    return changes
-
-
-def _as_checkpointed(op: Operator, settings: Any) -> Operator | None:
-    """``op`` with the settings a checkpoint recorded for it, if they are its kind."""
-    if not op.changeable or not isinstance(settings, dict) or set(settings) != set(op.changeable):
-        return None
-    try:
-        return dataclasses.replace(op, **settings)  # type: ignore[type-var]
-    except (TypeError, ValueError, ConfigError):
-        return None  # not settings this operator takes
-
-
-def _adapted(spec: PipelineSpec, changes: dict[int, Operator], ops: tuple[Any, ...]) -> tuple:
-    """A lane's operator states from a checkpoint, in the terms of this pipeline's settings."""
-    if not changes:
-        return ops
-    out = list(ops)
-    depth = 0
-    for i, op in enumerate(spec.steps):
-        if op.stateful:
-            if i in changes:
-                out[depth] = op.adapt(out[depth], changes[i])
-            depth += 1
-    return tuple(out)
 
 
 def _adapt_residues(
@@ -330,7 +274,7 @@ def _adapt_residues(
             if cursor is not None:
                 check_cursor(cursor, f"{at} cursor")
         count(record["hw"].get("delivered"), f"{at} hw delivered")
-        ops = _adapted(spec, changes, _ops(spec, record.get("ops"), f"{at} ops"))
+        ops = adapted(spec, changes, _ops(spec, record.get("ops"), f"{at} ops"))
         out.append({**record, "ops": list(ops)})
     return out
 
@@ -369,7 +313,7 @@ def _lane_resume(
     elif state["source"] != source.describe():
         raise StateMismatch("checkpoint was taken from a different work source")
     where = f"lane {lane}'s entry"
-    ops = _adapted(spec, changes, _ops(spec, entry.get("ops", []), f"{where} ops"))
+    ops = adapted(spec, changes, _ops(spec, entry.get("ops", []), f"{where} ops"))
     hw = entry.get("hw")
     if hw is not None:
         hw = (Cursor.from_dict(hw["cursor"]) if hw["cursor"] else None, int(hw["delivered"]))
