@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -500,9 +502,16 @@ def _ready_script(script: str, data: Path, stderr: bool = False) -> Any:
         cwd=ROOT,
         start_new_session=True,
     ) as child:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        yield child
+        try:
+            assert child.stdout is not None
+            ready, _, _ = select.select([child.stdout], [], [], 90.0)
+            assert ready, "the script said nothing for 90 s"
+            assert child.stdout.readline().strip() == "ready"
+            yield child
+        except BaseException:  # a failed test must not wait forever on a running script
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            raise
 
 
 def _trackers_of(pids: list[int]) -> list[int]:
