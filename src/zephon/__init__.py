@@ -28,12 +28,13 @@ from zephon.refs import ObjectInfo, ShardInfo
 if TYPE_CHECKING:
     from zephon.dataset import Dataset
     from zephon.pipeline import Pipeline
-    from zephon.plan import StaticMixtureWorkSource
+    from zephon.plan import MixtureSchedule, StaticMixtureWorkSource
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "Dataset": "zephon.dataset",
+    "MixtureSchedule": "zephon.plan",
     "Pipeline": "zephon.pipeline",
     "StaticMixtureWorkSource": "zephon.plan",
 }
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigError",
     "Dataset",
     "FormatError",
+    "MixtureSchedule",
     "NotFound",
     "ObjectChanged",
     "ObjectInfo",

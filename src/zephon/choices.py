@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 ShuffleMode = Literal["none", "shards", "block", "global"]
-ExhaustedPolicy = Literal["repeat", "stop"]
+ExhaustedPolicy = Literal["repeat", "stop", "drop"]
 MixtureUnit = Literal["samples", "tokens"]
 DatasetFormat = Literal["jsonl", "parquet", "mds", "webdataset", "litdata", "vortex", "lance"]
 Engine = Literal["thread", "process"]

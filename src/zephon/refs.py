@@ -75,6 +75,9 @@ class Cursor:
         position: pointers of the lane before this chunk.
         counts: per dataset, pointers drawn before this chunk.
         tokens: per dataset, estimated tokens drawn before this chunk (token mixtures only).
+        base, base_tokens: the draws (and tokens) at the start of the mixture segment the
+            chunk starts in: a schedule's phase, or what is left after a dataset left the
+            mixture (:mod:`zephon.plan.lanemix`); ``None``: the lane's start.
     """
 
     lane: int
@@ -82,6 +85,15 @@ class Cursor:
     position: int
     counts: tuple[int, ...]
     tokens: tuple[float, ...] | None = None
+    base: tuple[int, ...] | None = None
+    base_tokens: tuple[float, ...] | None = None
+
+    def __repr__(self) -> str:  # the segment's base only where there is one
+        base = "" if self.base is None else f", base={self.base}, base_tokens={self.base_tokens}"
+        return (
+            f"Cursor(lane={self.lane}, chunk={self.chunk}, position={self.position}, "
+            f"counts={self.counts}, tokens={self.tokens}{base})"
+        )
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -92,17 +104,24 @@ class Cursor:
         }
         if self.tokens is not None:
             out["tokens"] = list(self.tokens)
+        if self.base is not None:
+            out["base"] = list(self.base)
+        if self.base_tokens is not None:
+            out["base_tokens"] = list(self.base_tokens)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Cursor:
         tokens = data.get("tokens")
+        base, base_tokens = data.get("base"), data.get("base_tokens")
         return cls(
             int(data["lane"]),  # type: ignore[call-overload]
             int(data["chunk"]),  # type: ignore[call-overload]
             int(data["position"]),  # type: ignore[call-overload]
             tuple(int(c) for c in data["counts"]),  # type: ignore[attr-defined]
             tuple(float(t) for t in tokens) if tokens is not None else None,  # type: ignore[attr-defined]
+            tuple(int(c) for c in base) if base is not None else None,  # type: ignore[attr-defined]
+            tuple(float(t) for t in base_tokens) if base_tokens is not None else None,  # type: ignore[attr-defined]
         )
 
 

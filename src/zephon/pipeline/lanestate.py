@@ -80,6 +80,7 @@ def _plain(cursor: Any, lane: int) -> bool:
         isinstance(cursor, dict)
         and cursor.get("lane") == lane
         and "tokens" not in cursor
+        and "base" not in cursor
         and cursor.get("position") == sum(cursor.get("counts", ()))
     )
 
@@ -179,12 +180,18 @@ def check_cursor(cursor: Any, where: str) -> None:
         raise StateMismatch(f"checkpoint field {where}: {_show(cursor)}")
     for field in ("lane", "chunk", "position"):
         count(cursor.get(field), f"{where} {field}")
-    _counts(cursor.get("counts"), f"{where} counts")
-    tokens = cursor.get("tokens")
-    if tokens is not None and not (
-        isinstance(tokens, list) and all(isinstance(t, int | float) for t in tokens)
-    ):
-        raise StateMismatch(f"checkpoint field {where} tokens: {_show(tokens)}")
+    counts = _counts(cursor.get("counts"), f"{where} counts")
+    if cursor.get("base") is not None:
+        base = _counts(cursor["base"], f"{where} base")
+        if len(base) != len(counts) or any(b > c for b, c in zip(base, counts, strict=True)):
+            raise StateMismatch(f"checkpoint field {where} base: {_show(base)} past the counts")
+    for name in ("tokens", "base_tokens"):
+        tokens = cursor.get(name)
+        if tokens is not None and not (
+            isinstance(tokens, list)
+            and all(isinstance(t, int | float) and not isinstance(t, bool) for t in tokens)
+        ):
+            raise StateMismatch(f"checkpoint field {where} {name}: {_show(tokens)}")
 
 
 def _ops(value: Any, where: str) -> list[Any]:

@@ -11,8 +11,15 @@ from zephon.errors import ConfigError
 from zephon.plan.manifest import Manifest
 from zephon.plan.mixture import rational_weights
 from zephon.plan.order import SHUFFLES
+from zephon.plan.schedule import MixtureSchedule, Phase
 
-__all__ = ["check_arguments", "mixture_weights", "tokens_per_byte_of"]
+__all__ = [
+    "check_arguments",
+    "check_budgets",
+    "mixture_phases",
+    "mixture_weights",
+    "tokens_per_byte_of",
+]
 
 _UNITS: tuple[str, ...] = choices(MixtureUnit)
 
@@ -50,6 +57,37 @@ def check_arguments(
         )
 
 
+def mixture_phases(
+    names: Sequence[str], sizes: Sequence[int], mixture: Mapping[str, float] | MixtureSchedule | None
+) -> list[Phase]:
+    """The mixture as phases: a schedule's, or one phase at 0 of static weights."""
+    if isinstance(mixture, MixtureSchedule):
+        return mixture.bind(names)
+    return [Phase(0, tuple(mixture_weights(names, sizes, mixture)))]
+
+
+def check_budgets(
+    names: Sequence[str], max_samples: object, max_tokens: object
+) -> tuple[list[int | None] | None, list[int | None] | None]:
+    """``max_samples`` and ``max_tokens`` per dataset (``None`` where not capped), or ``None``
+    if not given. Raises ``ConfigError`` naming a cap on an unknown dataset or a bad value."""
+    out: list[list[int | None] | None] = []
+    for arg, given in (("max_samples", max_samples), ("max_tokens", max_tokens)):
+        if given is None:
+            out.append(None)
+            continue
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"{arg} must map dataset names to counts, got {given!r:.80}")
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ConfigError(f"{arg} names unknown datasets {unknown} (datasets: {list(names)})")
+        for name, cap in given.items():
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise ConfigError(f"{arg} for {name!r} must be an int >= 1, got {cap!r}")
+        out.append([given.get(n) for n in names])
+    return out[0], out[1]
+
+
 def mixture_weights(
     names: Sequence[str], sizes: Sequence[int], mixture: Mapping[str, float] | None
 ) -> list[Fraction]:
@@ -75,13 +113,18 @@ def mixture_weights(
 
 
 def tokens_per_byte_of(
-    names: Sequence[str], mixture_unit: str, given: Mapping[str, float] | float | None
+    names: Sequence[str],
+    mixture_unit: str,
+    given: Mapping[str, float] | float | None,
+    token_budgets: bool = False,
 ) -> list[float | None] | None:
     """Per dataset, the tokens-per-byte ratio given (``None`` where it will be measured),
-    or ``None`` unless the mixture is by tokens."""
-    if mixture_unit != "tokens":
+    or ``None`` unless the mixture is by tokens or has ``max_tokens`` budgets."""
+    if mixture_unit != "tokens" and not token_budgets:
         if given is not None:
-            raise ConfigError("tokens_per_byte applies only with mixture_unit='tokens'")
+            raise ConfigError(
+                "tokens_per_byte applies only with mixture_unit='tokens' or max_tokens"
+            )
         return None
     if isinstance(given, int | float) and not isinstance(given, bool):
         given = dict.fromkeys(names, float(given))  # one ratio for every dataset

@@ -49,6 +49,18 @@ def per_dataset(arg: str, value: Any, names: Sequence[str], default: Any) -> lis
     return [value.get(n, default) for n in names]
 
 
+# Hugging Face's stopping strategies, as this library names them
+_THEIRS = {
+    "first_exhausted": " (Hugging Face's 'first_exhausted' is exhausted_policy='stop')",
+    "all_exhausted": (
+        " (Hugging Face's 'all_exhausted' is exhausted_policy='repeat' with stop_after_passes=1)"
+    ),
+    "all_exhausted_without_replacement": (
+        " (Hugging Face's 'all_exhausted_without_replacement' is exhausted_policy='drop')"
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Exhaustion:
     """Per-dataset exhaustion settings, validated."""
@@ -76,15 +88,16 @@ class Exhaustion:
         shuffles = per_dataset("reshuffle_on_repeat", reshuffle, names, True)
         for name, p, m, s in zip(names, policies, repeats, shuffles, strict=True):
             if p not in POLICIES:
+                hint = _THEIRS.get(p, "") if isinstance(p, str) else ""
                 raise ConfigError(
-                    f"exhausted_policy for {name!r} must be one of {POLICIES}, got {p!r}"
+                    f"exhausted_policy for {name!r} must be one of {POLICIES}, got {p!r}{hint}"
                 )
             if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
                 raise ConfigError(f"max_repeats for {name!r} must be an int >= 0, got {m!r}")
-            if m is not None and p == "stop":
+            if m is not None and p in ("stop", "drop"):
                 raise ConfigError(
-                    f"max_repeats={m} for {name!r} conflicts with exhausted_policy='stop': "
-                    "a stopping dataset never repeats; use exhausted_policy='repeat'"
+                    f"max_repeats={m} for {name!r} conflicts with exhausted_policy={p!r}: "
+                    f"a dataset that {p}s never repeats; use exhausted_policy='repeat'"
                 )
             if not isinstance(s, bool):
                 raise ConfigError(f"reshuffle_on_repeat for {name!r} must be a bool, got {s!r}")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zephon.plan.coalesce import PlannedReads, coalesce_chunks
+from zephon.plan.lanemix import LaneMix
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
@@ -95,6 +96,7 @@ class LanePlanner:
         splits: Sequence[Draws],
         chunks_at_once: int | None = None,
         window_bytes: int | None = None,
+        origin: float = 0,
     ) -> None:
         self.source = source
         self.window_bytes = window_bytes  # see coalesce_chunks
@@ -102,7 +104,18 @@ class LanePlanner:
         self.splits = splits
         self.at_once = CHUNKS_AT_ONCE if chunks_at_once is None else chunks_at_once
         quotas = [s.quota(lane) for s in splits]
-        self.quotas: list[int | None] | None = None if quotas[0] is None else quotas
+        self.quotas: list[int | None] | None = (
+            None if all(q is None for q in quotas) else quotas
+        )
+        self.mix = LaneMix(
+            source.phases,
+            source.mixture_unit,
+            lane,
+            splits[0].lanes,
+            origin,
+            self.quotas,
+            source.renormalize,
+        )
 
     def chunks(self, cursor: Cursor) -> Iterator[WorkChunk]:
         """Chunks from ``cursor`` to the end of the lane's curriculum (or forever).
@@ -140,7 +153,7 @@ class LanePlanner:
         src = self.source
         k, n = len(src.manifests), src.chunk_size
         counts = np.array(cursor.counts, dtype=np.int64)
-        picks = src.schedule.picks(cursor.counts, n * count, self.quotas)
+        picks, marks = self.mix.sample_picks(cursor.counts, cursor.base, n * count)
         total = len(picks)
         if total == 0:
             return []
@@ -177,9 +190,18 @@ class LanePlanner:
             ).reshape(chunks, k)
         after = (counts + np.cumsum(per_chunk, axis=0)).tolist()
         out = []
+        m = 0  # the segment mark in effect at the chunk's end
         for j in range(chunks):
             a, b = j * n, min(total, (j + 1) * n)
-            nxt = Cursor(cursor.lane, cursor.chunk + 1, cursor.position + b - a, tuple(after[j]))
+            while m + 1 < len(marks) and marks[m + 1][0] <= b:
+                m += 1
+            nxt = Cursor(
+                cursor.lane,
+                cursor.chunk + 1,
+                cursor.position + b - a,
+                tuple(after[j]),
+                base=marks[m][1],
+            )
             out.append(
                 WorkChunk(
                     cursor,
@@ -199,36 +221,40 @@ class LanePlanner:
         """The next chunk of a token mixture: its picks depend on the byte sizes of the
         samples each dataset would give next, so it is planned alone."""
         src = self.source
-        assert src.token_schedule is not None and cursor.tokens is not None
+        assert cursor.tokens is not None
         k, n = len(src.manifests), src.chunk_size
         counts = np.array(cursor.counts, dtype=np.int64)
         room = self._room(cursor.counts)
-        want = [n if r is None else min(n, r) for r in (room or [None] * k)]
+        want = [n if r is None else max(0, min(n, r)) for r in (room or [None] * k)]
         ratios = src._ratios()
         located = [self._locate(d, int(counts[d]), want[d]) for d in range(k)]
         upcoming = [src.manifests[d].sample_nbytes(*located[d][:2]) * ratios[d] for d in range(k)]
-        picks, _ = src.token_schedule.picks(cursor.tokens, upcoming, n, room)
+        base = None
+        if cursor.base is not None:
+            base = (cursor.base, cursor.base_tokens or (0.0,) * k)
+        picks, tokens_after, last = self.mix.token_picks(
+            cursor.counts, cursor.tokens, base, upcoming, n
+        )
         if len(picks) == 0:
             return None
         taken = np.bincount(picks, minlength=k)
         shards = np.empty(len(picks), np.int64)
         samples = np.empty(len(picks), np.int64)
         passes = np.empty(len(picks), np.int64)
-        tokens_after = list(cursor.tokens)
         for d in range(k):
             got = int(taken[d])
             if got:
                 shards[picks == d] = located[d][0][:got]
                 samples[picks == d] = located[d][1][:got]
                 passes[picks == d] = located[d][2][:got]
-                nbytes = src.manifests[d].sample_nbytes(located[d][0][:got], located[d][1][:got])
-                tokens_after[d] += float(nbytes.sum()) * ratios[d]
         nxt = Cursor(
             cursor.lane,
             cursor.chunk + 1,
             cursor.position + len(picks),
             tuple(int(c) for c in counts + taken),
             tuple(tokens_after),
+            None if last is None else last[0],
+            None if last is None else last[1],
         )
         (reads,) = coalesce_chunks(
             src.manifests,

@@ -12,16 +12,23 @@ from typing import Any
 
 from zephon.choices import ExhaustedPolicy, MixtureUnit, ShuffleMode
 from zephon.errors import ConfigError, StateMismatch
-from zephon.plan.arguments import check_arguments, mixture_weights, tokens_per_byte_of
+from zephon.plan.arguments import (
+    check_arguments,
+    check_budgets,
+    mixture_phases,
+    tokens_per_byte_of,
+)
+from zephon.plan.budget import Ends, fluid_ends
 from zephon.plan.coalesce import cut_requests
 from zephon.plan.exhaustion import Exhaustion
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
-from zephon.plan.mixture import SampleSchedule, TokenSchedule, rational_weights
+from zephon.plan.mixture import rational_weights
 from zephon.plan.order import DatasetOrder
 from zephon.plan.planner import PLAN_SLICE_S, LanePlanner, WorkChunk
 from zephon.plan.relane import Draws, Relaned
 from zephon.plan.runs import default_chunk, default_run, probe_sample_bytes
+from zephon.plan.schedule import MixtureSchedule, Phase, first_difference, phases_of
 from zephon.refs import Cursor, RangeRequest
 
 __all__ = ["StaticMixtureWorkSource", "WorkChunk"]
@@ -36,7 +43,9 @@ class StaticMixtureWorkSource:
     Args:
         datasets: :class:`~zephon.dataset.Dataset` objects (or planner
             :class:`~zephon.plan.manifest.Manifest` objects), with distinct names.
-        mixture: ``{name: weight}``, relative, normalised; default proportional to size.
+        mixture: ``{name: weight}``, relative, normalised; default proportional to size. Or
+            a :class:`~zephon.MixtureSchedule`: weights that change at global positions
+            (its unit is the mixture's).
         seed: keys every permutation.
         shuffle: ``"none"``, ``"shards"``, ``"block"`` or ``"global"``.
         block_size: samples per shuffle block (``block``); ``None``: four mean shards, at
@@ -48,9 +57,10 @@ class StaticMixtureWorkSource:
         chunk_size: pointers per work chunk (the lane split's unit). ``None``: ~16 MiB of
             samples, 256-1024 (:func:`~zephon.plan.runs.default_chunk`; Parquet: row groups).
         exhausted_policy: ``"repeat"`` (the dataset loops until every dataset completed
-            ``stop_after_passes`` passes) or ``"stop"`` (the curriculum ends when this dataset
-            completes ``stop_after_passes`` passes, one if ``None``); a scalar or a
-            ``{name: policy}`` mapping (datasets left out: ``"repeat"``).
+            ``stop_after_passes`` passes), ``"stop"`` (the curriculum ends when this dataset
+            completes ``stop_after_passes`` passes, one if ``None``) or ``"drop"`` (the
+            dataset leaves the mixture when it completes them, the others renormalise); a
+            scalar or a ``{name: policy}`` mapping (datasets left out: ``"repeat"``).
         stop_after_passes: passes every dataset completes; ``None``: no such limit (the
             curriculum is infinite unless a ``stop`` policy or ``max_repeats`` ends it).
         max_repeats: ``N`` ends the curriculum when the dataset would start pass ``2 + N``;
@@ -61,6 +71,14 @@ class StaticMixtureWorkSource:
         tokens_per_byte: for token mixtures, one ratio for every dataset or a mapping per
             dataset; datasets left out are measured by the pipeline's ``tokenize`` step
             before planning (:meth:`calibrate`).
+        max_samples: ``{name: n}``: the dataset leaves the mixture after ``n`` draws (the
+            others renormalise).
+        max_tokens: ``{name: n}``: the same in tokens (estimated from bytes as the token
+            mixture does; converted to draws at the dataset's mean tokens per sample).
+        epoch_size: the curriculum is this many samples of the mixture, whatever the
+            datasets' sizes (each dataset's permutation continues through its passes); the
+            epoch, not ``stop_after_passes``, ends it (passes still count for ``stop`` and
+            ``drop`` datasets).
         coalesce_gap_bytes: neighbouring samples of a shard at most this far apart share a read.
         max_request_bytes: a coalesced read grows no larger (a single larger sample still
             gets its own read).
@@ -72,7 +90,7 @@ class StaticMixtureWorkSource:
     def __init__(
         self,
         datasets: Sequence[Any],
-        mixture: Mapping[str, float] | None = None,
+        mixture: Mapping[str, float] | MixtureSchedule | None = None,
         *,
         seed: int = 0,
         shuffle: ShuffleMode = "block",
@@ -85,6 +103,9 @@ class StaticMixtureWorkSource:
         reshuffle_on_repeat: bool | Mapping[str, bool] = True,
         mixture_unit: MixtureUnit = "samples",
         tokens_per_byte: Mapping[str, float] | float | None = None,
+        max_samples: Mapping[str, int] | None = None,
+        max_tokens: Mapping[str, int] | None = None,
+        epoch_size: int | None = None,
         coalesce_gap_bytes: int = 64 * 1024,
         max_request_bytes: int = 8 << 20,
     ) -> None:
@@ -95,7 +116,23 @@ class StaticMixtureWorkSource:
             d if isinstance(d, Manifest) else Manifest.from_dataset(d) for d in datasets
         ]
         self.names = names = [m.name for m in self.manifests]
-        self.weights = mixture_weights(names, [m.num_samples for m in self.manifests], mixture)
+        sizes = [m.num_samples for m in self.manifests]
+        self.mixture = mixture
+        self.phases: list[Phase] = mixture_phases(names, sizes, mixture)
+        if isinstance(mixture, MixtureSchedule):
+            if mixture_unit != "samples" and mixture_unit != mixture.unit:
+                raise ConfigError(
+                    f"mixture_unit={mixture_unit!r} conflicts with the schedule's unit "
+                    f"{mixture.unit!r}: the schedule's unit is the mixture's"
+                )
+            mixture_unit = mixture.unit
+        self.weights = list(self.phases[0].weights)
+        self.max_samples, self.max_tokens = check_budgets(names, max_samples, max_tokens)
+        if epoch_size is not None and (
+            isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1
+        ):
+            raise ConfigError(f"epoch_size must be an int >= 1 or None, got {epoch_size!r}")
+        self.epoch_size = epoch_size
         if chunk_size is None:
             shares = [float(w) for w in self.weights]
             chunk_size = default_chunk(self.manifests, mixture_unit, shares)
@@ -118,7 +155,9 @@ class StaticMixtureWorkSource:
         self.mixture_unit = mixture_unit
         self.coalesce_gap_bytes = coalesce_gap_bytes
         self.max_request_bytes = max_request_bytes
-        self.tokens_per_byte = tokens_per_byte_of(names, mixture_unit, tokens_per_byte)
+        self.tokens_per_byte = tokens_per_byte_of(
+            names, mixture_unit, tokens_per_byte, self.max_tokens is not None
+        )
         self.block_sizes = [
             block_size
             or chunk_size * math.ceil(4 * m.num_samples / max(1, m.num_shards) / chunk_size)
@@ -132,14 +171,26 @@ class StaticMixtureWorkSource:
             DatasetOrder(m, shuffle, seed, b, chunk_size, r)
             for m, b, r in zip(self.manifests, self.block_sizes, self.run_sizes, strict=True)
         ]
-        self.schedule = SampleSchedule(self.weights)
-        self.token_schedule = TokenSchedule(self.weights) if mixture_unit == "tokens" else None
-        self._ends: list[int] | bool | None = False  # end counts, computed when first planned
+        # A schedule, budgets, "drop" or an epoch size: segments renormalise (lanemix)
+        self.renormalize = (
+            len(self.phases) > 1
+            or self.max_samples is not None
+            or self.max_tokens is not None
+            or epoch_size is not None
+            or "drop" in self.exhaustion.policies
+        )
+        self._ends: Ends | None = None  # end counts, computed when first planned
 
     def uncalibrated(self) -> list[str]:
         """Datasets of a token mixture whose tokens-per-byte ratio is not known yet."""
         if self.tokens_per_byte is None:
             return []
+        if self.mixture_unit == "samples":  # ratios for max_tokens only
+            return [
+                n
+                for n, r, cap in zip(self.names, self.tokens_per_byte, self.max_tokens or [], strict=False)
+                if r is None and cap is not None
+            ]
         return [n for n, r in zip(self.names, self.tokens_per_byte, strict=True) if r is None]
 
     def calibrate(self, ratios: Mapping[str, float]) -> None:
@@ -147,7 +198,7 @@ class StaticMixtureWorkSource:
         stay). Done once, before planning: from then on the ratios are part of the
         curriculum (:meth:`describe`), frozen into every checkpoint."""
         if self.tokens_per_byte is None:
-            raise ConfigError("calibrate() applies only with mixture_unit='tokens'")
+            raise ConfigError("calibrate() applies only with mixture_unit='tokens' or max_tokens")
         bad = {k: v for k, v in ratios.items() if k not in self.names or not v > 0}
         if bad:
             raise ConfigError(f"calibrate(): unknown datasets or non-positive ratios {bad}")
@@ -159,18 +210,20 @@ class StaticMixtureWorkSource:
     def _ratios(self) -> list[float]:
         missing = self.uncalibrated()
         if missing:
+            what = "mixture_unit='tokens'" if self.mixture_unit == "tokens" else "max_tokens"
             raise ConfigError(
-                f"mixture_unit='tokens' needs tokens_per_byte for {missing}: pass them, or add "
+                f"{what} needs tokens_per_byte for {missing}: pass them, or add "
                 "a tokenize() step to the pipeline, which measures them"
             )
         assert self.tokens_per_byte is not None
-        return [r for r in self.tokens_per_byte if r is not None]
+        return [r if r is not None else 0.0 for r in self.tokens_per_byte]
 
     # -- identity and state -----------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        """Everything the curriculum is a function of (the manifests by fingerprint)."""
-        return {
+        """Everything the curriculum is a function of (the manifests by fingerprint). What a
+        static mixture does not use is left out, so its description is as it always was."""
+        out: dict[str, Any] = {
             "datasets": [[m.name, m.fingerprint] for m in self.manifests],
             "weights": [str(w) for w in self.weights],
             "seed": self.seed,
@@ -182,6 +235,12 @@ class StaticMixtureWorkSource:
             "mixture_unit": self.mixture_unit,
             "tokens_per_byte": self.tokens_per_byte,
         }
+        if len(self.phases) > 1:
+            out["schedule"] = [p.describe() for p in self.phases]
+        for name in ("max_samples", "max_tokens", "epoch_size"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     def fingerprint(self) -> str:
         """A short hash of :meth:`describe`: equal curricula have equal fingerprints."""
@@ -230,7 +289,7 @@ class StaticMixtureWorkSource:
     def start(self, lane: int) -> Cursor:
         """The cursor of a lane's first chunk."""
         zeros = tuple(0 for _ in self.manifests)
-        tokens = tuple(0.0 for _ in self.manifests) if self.token_schedule is not None else None
+        tokens = tuple(0.0 for _ in self.manifests) if self.mixture_unit == "tokens" else None
         return Cursor(lane, 0, 0, zeros, tokens)
 
     # -- planning ---------------------------------------------------------------------
@@ -248,22 +307,60 @@ class StaticMixtureWorkSource:
         """Passes every dataset completes (``None``: no such limit)."""
         return self.exhaustion.passes
 
-    def end_counts(self) -> list[int] | None:
+    def end_counts(self) -> list[int | None] | None:
         """Draws of every dataset over the whole curriculum (all lanes together), or
-        ``None`` if it is infinite (see :mod:`zephon.plan.exhaustion`)."""
-        if self._ends is False:
+        ``None`` if it is infinite (see :mod:`zephon.plan.exhaustion` and, for schedules and
+        budgets, :mod:`zephon.plan.budget`); a dataset with a budget in an otherwise
+        infinite curriculum has its count, the others ``None``."""
+        counts = self.ends().counts
+        return None if all(c is None for c in counts) else counts
+
+    def tokens_per_sample(self) -> list[float]:
+        """Each dataset's estimated mean tokens per sample (bytes times tokens per byte)."""
+        return [r * probe_sample_bytes(m) for r, m in zip(self._ratios(), self.manifests, strict=True)]
+
+    def ends(self) -> Ends:
+        """The curriculum's end counts, whether each dataset leaves before the end, and its
+        length (computed once)."""
+        if self._ends is None:
             sizes = [m.num_samples for m in self.manifests]
-            weights = self.weights
-            if self.token_schedule is not None:  # token shares -> expected sample shares
-                per_sample = [
-                    r * probe_sample_bytes(m)
-                    for r, m in zip(self._ratios(), self.manifests, strict=True)
-                ]
-                weights = rational_weights(
-                    [w / max(t, 1e-12) for w, t in zip(weights, per_sample, strict=True)]
+            if not self.renormalize:
+                weights = self.weights
+                if self.mixture_unit == "tokens":  # token shares -> expected sample shares
+                    weights = rational_weights(
+                        [
+                            w / max(t, 1e-12)
+                            for w, t in zip(weights, self.tokens_per_sample(), strict=True)
+                        ]
+                    )
+                legacy = self.exhaustion.end_counts(weights, sizes)
+                k = len(sizes)
+                self._ends = Ends(
+                    list(legacy) if legacy is not None else [None] * k,
+                    [False] * k,
+                    None if legacy is None else sum(legacy),
                 )
-            self._ends = self.exhaustion.end_counts(weights, sizes)
-        assert self._ends is not True
+            else:
+                need_tokens = self.mixture_unit == "tokens" or self.max_tokens is not None
+                tps = self.tokens_per_sample() if need_tokens else None
+                caps: list[int | None] = list(self.max_samples or [None] * len(sizes))
+                if self.max_tokens is not None:
+                    assert tps is not None
+                    for d, cap in enumerate(self.max_tokens):
+                        if cap is not None:
+                            as_samples = math.ceil(cap / max(tps[d], 1e-12))
+                            caps[d] = as_samples if caps[d] is None else min(caps[d], as_samples)  # type: ignore[type-var]
+                self._ends = fluid_ends(
+                    self.phases,
+                    self.mixture_unit,
+                    sizes,
+                    self.exhaustion.policies,
+                    self.exhaustion.max_repeats,
+                    self.exhaustion.passes,
+                    caps,
+                    self.epoch_size,
+                    tps if self.mixture_unit == "tokens" else None,
+                )
         return self._ends
 
     def splits(self, lanes: int, history: Sequence[Mapping[str, Any]] = ()) -> list[Draws]:
@@ -292,7 +389,7 @@ class StaticMixtureWorkSource:
                     self.chunk_size,
                     m.num_samples,
                     offset,
-                    ends is None,
+                    ends is None or ends[d] is None,
                 )
                 offset += out[d].extras()
         if out[0].lanes != lanes:
@@ -336,8 +433,27 @@ class StaticMixtureWorkSource:
         cursor = start or self.start(lane)
         if cursor.lane != lane:
             raise ConfigError(f"cursor is for lane {cursor.lane}, not {lane}")
-        planner = LanePlanner(self, lane, self.splits(lanes, history), window_bytes=window_bytes)
+        planner = LanePlanner(
+            self,
+            lane,
+            self.splits(lanes, history),
+            window_bytes=window_bytes,
+            origin=self.origin(history),
+        )
         return planner.chunks(cursor)
+
+    def origin(self, history: Sequence[Mapping[str, Any]] = ()) -> float:
+        """Where the current lane generation starts, as a global position in the mixture's
+        unit: the draws of every earlier generation's lanes at their cuts (in tokens, at the
+        datasets' mean tokens per sample)."""
+        if not history or len(self.phases) == 1:
+            return 0
+        drawn = [sum(int(c) for c in gen["cuts"][d]) for gen in history for d in range(len(self.names))]
+        if self.mixture_unit == "samples":
+            return sum(drawn)
+        tps = self.tokens_per_sample()
+        k = len(self.names)
+        return sum(c * tps[i % k] for i, c in enumerate(drawn))
 
     async def requests(
         self,
