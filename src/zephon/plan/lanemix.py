@@ -13,7 +13,9 @@ drawn, or that reached its budget, leaves; the others renormalise, proportionall
 segment mixes by the exact greedy of :mod:`zephon.plan.mixture` counted from its own start
 (``base``, which a cursor carries), so within every segment every prefix keeps each
 dataset within the static mixture's bound of its share. A phase in which nothing is left to
-draw gives way to the next one at once.
+draw gives way to the next one at once. What rounding leaves of a lane's share of a dataset
+that no later phase draws is drawn last, in a segment of its own: every lane draws exactly
+its share of every dataset, so all lanes together draw exactly the plan's end counts.
 
 A work source without a schedule or budgets (``renormalize=False``) keeps the original rule:
 one segment, and a dataset whose share is drawn drops out of the greedy while the others go on
@@ -34,6 +36,7 @@ from zephon.plan.schedule import Phase
 __all__ = ["LaneMix"]
 
 Segment = tuple[int, tuple[int, ...]]  # (phase, datasets live in it); phase -1: nothing left
+LEFTOVER = -2  # the segment of a lane's last draws that no phase draws any more
 
 
 class LaneMix:
@@ -94,6 +97,10 @@ class LaneMix:
             )
             if live:
                 return i, live
+        if self.quotas is not None:  # what rounding left of datasets no phase draws any more
+            rest = tuple(d for d, q in enumerate(self.quotas) if q is not None and counts[d] < q)
+            if rest:
+                return LEFTOVER, rest
         return -1, ()
 
     def segment_weights(self, segment: Segment) -> tuple[Fraction, ...]:
@@ -101,6 +108,8 @@ class LaneMix:
         i, live = segment
         if not self.renormalize:
             return self.weights[0]
+        if i == LEFTOVER:
+            return tuple(Fraction(1, len(live)) if d in live else Fraction(0) for d in range(self.k))
         total = sum(self.weights[i][d] for d in live)
         return tuple(self.weights[i][d] / total if d in live else Fraction(0) for d in range(self.k))
 
@@ -140,9 +149,9 @@ class LaneMix:
             (0, tuple(base) if base is not None else None)
         ]
         done = 0
-        while done < n and segment[0] >= 0:
+        while done < n and segment[0] != -1:
             i, live = segment
-            end = self.starts[i + 1] - t if i + 1 < len(self.starts) else n
+            end = self.starts[i + 1] - t if 0 <= i < len(self.starts) - 1 else n
             want = int(min(n - done, end))
             rel = [c - b for c, b in zip(counts, base_, strict=True)]
             caps: list[int | None] = [None] * self.k
@@ -196,7 +205,7 @@ class LaneMix:
         out: list[int] = []
         while len(out) < n:
             if self.renormalize:
-                if segment[0] < 0:
+                if segment[0] == -1:
                     break
                 live = list(segment[1])
                 w = [float(x) for x in self.segment_weights(segment)]

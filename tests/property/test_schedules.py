@@ -1,0 +1,233 @@
+"""Property tests of mixture schedules, budgets and epochs: what every lane draws, checked
+against the plan (end counts), the schedule's global boundaries and the mixture bound, over
+datasets, schedules, policies, lanes and shuffles."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.property.test_curriculum import datasets, global_prefix, lane_stream
+from zephon import ConfigError, MixtureSchedule, StaticMixtureWorkSource
+from zephon.plan import Manifest
+
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+shuffles = st.sampled_from(["none", "shards", "block", "global"])
+
+
+@st.composite
+def schedules(draw: st.DrawFn, k: int, longest: int) -> list[tuple[int, dict[str, float]]]:
+    """1-4 phases over ``k`` datasets, each dataset drawn in at least one."""
+    count = draw(st.integers(1, min(4, longest)))
+    starts = [0, *sorted(draw(st.sets(st.integers(1, longest), min_size=count - 1, max_size=count - 1)))]
+    phases = []
+    for start in starts:
+        weights = draw(st.lists(st.integers(0, 5), min_size=k, max_size=k))
+        if not any(weights):
+            weights[draw(st.integers(0, k - 1))] = 1
+        phases.append((start, {f"d{d}": float(w) for d, w in enumerate(weights) if w}))
+    for d in range(k):  # every dataset in some phase
+        if not any(f"d{d}" in w for _, w in phases):
+            phases[draw(st.integers(0, count - 1))][1][f"d{d}"] = 1.0
+    return phases
+
+
+def lane_starts(phases: list[tuple[int, dict[str, float]]], lane: int, lanes: int) -> list[int]:
+    """Where each phase starts in a lane: its share of the global positions before it."""
+    return [math.ceil((start - lane) / lanes) if start > lane else 0 for start, _ in phases]
+
+
+def stretches(picks: list[int], starts: list[int], totals: list[int]):  # noqa: ANN201
+    """The lane's stretches of constant weights: within a phase, while the datasets it draws
+    that the lane has not used up stay the same. Yields ``(phase, live, picks)``."""
+    counts = [0] * len(totals)
+    t = 0
+
+    def key(t: int) -> tuple[int, tuple[int, ...]]:
+        phase = max(i for i, s in enumerate(starts) if s <= t)
+        return phase, tuple(d for d in range(len(totals)) if counts[d] < totals[d])
+
+    current, run = key(0), []
+    for p in picks:
+        run.append(p)
+        counts[p] += 1
+        t += 1
+        nxt = key(t)
+        if nxt != current:
+            yield current, run
+            current, run = nxt, []
+    if run:
+        yield current, run
+
+
+@SETTINGS
+@given(
+    st.data(),
+    datasets(max_datasets=4, max_samples=600),
+    shuffles,
+    st.sampled_from(["repeat", "stop", "drop"]),
+    st.sampled_from([1, 2]),
+    st.integers(1, 8),
+    st.sampled_from([16, 64]),
+)
+def test_a_schedule_delivers_its_plan_with_boundaries_and_bounds(
+    data: st.DataObject,
+    ms: list[Manifest],
+    shuffle: str,
+    policy: str,
+    passes: int,
+    lanes: int,
+    chunk: int,
+) -> None:
+    k = len(ms)
+    longest = 2 * sum(m.num_samples for m in ms)
+    phases = data.draw(schedules(k, longest))
+    ws = StaticMixtureWorkSource(
+        ms,
+        MixtureSchedule(phases),
+        shuffle=shuffle,
+        exhausted_policy=policy,
+        stop_after_passes=passes,
+        chunk_size=chunk,
+        seed=3,
+    )
+    ends = ws.end_counts()
+    assert ends is not None and all(c is not None for c in ends)
+    streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
+    # every lane's draws together are exactly the plan: each dataset's first c_d draws of its
+    # multi-pass order (so exactly once within every pass)
+    assert Counter(p for s in streams for p in s) == global_prefix(ws)
+    bound = ws.phases
+    for lane, stream in enumerate(streams):
+        picks = [p[0] for p in stream]
+        totals = [picks.count(d) for d in range(k)]
+        starts = lane_starts(phases, lane, lanes)
+        for (phase, live), run in stretches(picks, starts, totals):
+            weights = [bound[phase].weights[d] if d in live else Fraction(0) for d in range(k)]
+            total = sum(weights)
+            if total == 0:  # a phase with nothing left: the next one's datasets run on
+                continue
+            # the phase starts at its global position: nothing it does not draw comes in it
+            assert all(weights[p] > 0 for p in run), (lane, phase, run)
+            arr = np.array(run)
+            t = np.arange(1, len(arr) + 1)
+            for d in range(k):
+                share = float(weights[d] / total)
+                worst = float(np.abs(np.cumsum(arr == d) - t * share).max())
+                assert worst <= 2, (lane, phase, d, worst)
+
+
+@SETTINGS
+@given(
+    datasets(max_datasets=4, max_samples=400),
+    st.lists(st.integers(1, 9), min_size=4, max_size=4),
+    st.integers(1, 3000),
+    st.integers(1, 8),
+    shuffles,
+)
+def test_an_epoch_is_exactly_its_size_on_any_lanes(
+    ms: list[Manifest], raw: list[int], size: int, lanes: int, shuffle: str
+) -> None:
+    mixture = {m.name: raw[d] for d, m in enumerate(ms)}
+    ws = StaticMixtureWorkSource(ms, mixture, epoch_size=size, shuffle=shuffle, chunk_size=16)
+    streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
+    assert sum(map(len, streams)) == size
+    assert Counter(p for s in streams for p in s) == global_prefix(ws)
+    total = sum(raw[: len(ms)])
+    for d in range(len(ms)):  # each dataset's share of the epoch, within one sample
+        got = sum(1 for s in streams for p in s if p[0] == d)
+        assert abs(got - size * raw[d] / total) < 1
+
+
+@SETTINGS
+@given(
+    datasets(max_datasets=4, max_samples=400),
+    st.data(),
+    st.sampled_from(["repeat", "stop"]),
+    st.integers(1, 8),
+)
+def test_a_budget_caps_its_dataset_and_the_rest_renormalise(
+    ms: list[Manifest], data: st.DataObject, policy: str, lanes: int
+) -> None:
+    capped = data.draw(st.integers(0, len(ms) - 1))
+    cap = data.draw(st.integers(1, 2 * ms[capped].num_samples))
+    ws = StaticMixtureWorkSource(
+        ms,
+        {m.name: 1 for m in ms},
+        max_samples={ms[capped].name: cap},
+        exhausted_policy=policy,
+        chunk_size=16,
+    )
+    streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
+    got = Counter(p[0] for s in streams for p in s)
+    assert got[capped] <= cap
+    assert Counter(p for s in streams for p in s) == global_prefix(ws)
+    if ws.ends().departs[capped]:
+        assert got[capped] == cap
+
+
+def test_drop_is_every_sample_once_the_others_renormalising() -> None:
+    ms = [Manifest.uniform("a", 10, 100), Manifest.uniform("b", 2, 50), Manifest.uniform("c", 3, 7)]
+    ws = StaticMixtureWorkSource(ms, {"a": 1, "b": 1, "c": 1}, exhausted_policy="drop", chunk_size=16)
+    for lanes in (1, 3, 8):
+        streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
+        flat = [p for s in streams for p in s]
+        assert len(flat) == len(set(flat)) == 1000 + 100 + 21
+    # one lane: while all three are in, a third each; after c leaves, half each of a and b
+    picks = [p[0] for p in lane_stream(ws, 0, 1)]
+    first = picks[:60]
+    assert all(abs(first.count(d) - 20) <= 1 for d in range(3))
+    after_c = picks[picks.index(2, 0) :]
+    last_c = max(i for i, d in enumerate(picks) if d == 2)
+    window = picks[last_c + 1 : last_c + 101]
+    assert 2 not in window and abs(window.count(0) - 50) <= 2, after_c[:5]
+
+
+@pytest.mark.parametrize(
+    ("phases", "message"),
+    [
+        ([], "non-empty"),
+        ([(5, {"a": 1})], "start at 0"),
+        ([(0, {"a": 1}), (0, {"b": 1})], "increase"),
+        ([(0, {"a": -1, "b": 1})], "a number >= 0"),
+        ([(0, {"a": 0, "b": 0})], "every weight is 0"),
+        ([(0, {"a": 1}), (10, {"zz": 1})], "unknown datasets ['zz']"),
+        ([(0, {"a": float("nan")})], "a number >= 0"),
+    ],
+)
+def test_a_bad_schedule_is_a_config_error_naming_it(phases: list, message: str) -> None:
+    ms = [Manifest.uniform("a", 2, 10), Manifest.uniform("b", 2, 10)]
+    with pytest.raises(ConfigError, match="MixtureSchedule") as err:
+        StaticMixtureWorkSource(ms, MixtureSchedule(phases))
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_samples": {"zz": 3}}, "max_samples names unknown datasets ['zz']"),
+        ({"max_tokens": {"a": 0}}, "max_tokens for 'a' must be an int >= 1"),
+        ({"epoch_size": 0}, "epoch_size must be an int >= 1"),
+        ({"exhausted_policy": "all_exhausted"}, "'repeat' with stop_after_passes=1"),
+        ({"exhausted_policy": "all_exhausted_without_replacement"}, "exhausted_policy='drop'"),
+        ({"mixture": {"a": -1, "b": 1}}, "positive"),
+        ({"mixture": {"a": 0, "b": 0}}, "positive"),
+    ],
+)
+def test_bad_budgets_are_config_errors_naming_the_value(kwargs: dict, message: str) -> None:
+    ms = [Manifest.uniform("a", 2, 10), Manifest.uniform("b", 2, 10)]
+    with pytest.raises(ConfigError) as err:
+        StaticMixtureWorkSource(ms, **kwargs)
+    assert message in str(err.value)
+
+
+def test_a_schedule_never_drawing_a_dataset_is_refused() -> None:
+    ms = [Manifest.uniform("a", 2, 10), Manifest.uniform("b", 2, 10)]
+    with pytest.raises(ConfigError, match=r"datasets \['b'\] have weight 0 in every phase"):
+        StaticMixtureWorkSource(ms, MixtureSchedule([(0, {"a": 1}), (5, {"a": 2})]))
