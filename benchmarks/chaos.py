@@ -543,8 +543,14 @@ def main() -> None:
     if args.child:
         return child(args.child)
     seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
+    # a range, not a list: with --seconds it is practically endless (a list of 10**9 numbers
+    # took 24 GB before the first trial)
     count = args.trials if args.seconds is None else 10**9
-    trials = [args.only] if args.only is not None else list(range(args.first, args.first + count))
+    trials = (
+        range(args.only, args.only + 1)
+        if args.only is not None
+        else range(args.first, args.first + count)
+    )
     what = f"{args.seconds:.0f} s of trials" if args.seconds else f"trials {trials[0]}-{trials[-1]}"
     print(
         f"chaos: seed {seed}, {f'trial {args.only}' if args.only is not None else what}", flush=True
@@ -554,21 +560,22 @@ def main() -> None:
     ran = 0
 
     def worker() -> None:
-        nonlocal ran
+        nonlocal ran, trials
         while True:
             with lock:
                 if not trials or (
                     args.seconds is not None and time.monotonic() - start > args.seconds
                 ):
                     return
-                trial = trials.pop(0)
+                trial, trials = trials[0], trials[1:]
             try:
                 run_trial(draw(seed, trial), args.verbose)
-            except Failure as exc:
+            except Exception as exc:  # a failed audit, or the harness itself: both fail the run
                 with lock:
                     failures.append((trial, str(exc)))
                     again = f"python benchmarks/chaos.py --seed {seed} --only {trial} -v"
-                    print(f"FAIL trial {trial}: {exc}\n  reproduce: {again}", flush=True)
+                    what = str(exc) if isinstance(exc, Failure) else f"{type(exc).__name__}: {exc}"
+                    print(f"FAIL trial {trial}: {what}\n  reproduce: {again}", flush=True)
             with lock:
                 ran += 1
 
@@ -579,7 +586,7 @@ def main() -> None:
         t.join()
     took = time.monotonic() - start
     print(f"chaos: seed {seed}: {ran} trials, {len(failures)} failures, {took:.0f} s")
-    sys.exit(1 if failures else 0)
+    sys.exit(1 if failures or not ran else 0)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ shuffles = st.sampled_from(["none", "shards", "block", "global"])
 def schedules(draw: st.DrawFn, k: int, longest: int) -> list[tuple[int, dict[str, float]]]:
     """1-4 phases over ``k`` datasets, each dataset drawn in at least one."""
     count = draw(st.integers(1, min(4, longest)))
-    starts = [0, *sorted(draw(st.sets(st.integers(1, longest), min_size=count - 1, max_size=count - 1)))]
+    starts = [
+        0,
+        *sorted(draw(st.sets(st.integers(1, longest), min_size=count - 1, max_size=count - 1))),
+    ]
     phases = []
     for start in starts:
         weights = draw(st.lists(st.integers(0, 5), min_size=k, max_size=k))
@@ -174,7 +177,9 @@ def test_a_budget_caps_its_dataset_and_the_rest_renormalise(
 
 def test_drop_is_every_sample_once_the_others_renormalising() -> None:
     ms = [Manifest.uniform("a", 10, 100), Manifest.uniform("b", 2, 50), Manifest.uniform("c", 3, 7)]
-    ws = StaticMixtureWorkSource(ms, {"a": 1, "b": 1, "c": 1}, exhausted_policy="drop", chunk_size=16)
+    ws = StaticMixtureWorkSource(
+        ms, {"a": 1, "b": 1, "c": 1}, exhausted_policy="drop", chunk_size=16
+    )
     for lanes in (1, 3, 8):
         streams = [lane_stream(ws, lane, lanes) for lane in range(lanes)]
         flat = [p for s in streams for p in s]
@@ -231,3 +236,87 @@ def test_a_schedule_never_drawing_a_dataset_is_refused() -> None:
     ms = [Manifest.uniform("a", 2, 10), Manifest.uniform("b", 2, 10)]
     with pytest.raises(ConfigError, match=r"datasets \['b'\] have weight 0 in every phase"):
         StaticMixtureWorkSource(ms, MixtureSchedule([(0, {"a": 1}), (5, {"a": 2})]))
+
+
+def token_stream(
+    ws: StaticMixtureWorkSource, lane: int, lanes: int, limit: int
+) -> list[tuple[int, float]]:
+    """A lane's first ``limit`` draws of a token mixture: ``(dataset, estimated tokens)``."""
+    ratios = ws._ratios()
+    out: list[tuple[int, float]] = []
+    for c in ws.chunks(lane, lanes):
+        sizes = np.empty(len(c), np.float64)
+        for d in np.unique(c.datasets).tolist():
+            mask = c.datasets == d
+            sizes[mask] = ws.manifests[d].sample_nbytes(c.shards[mask], c.samples[mask]) * ratios[d]
+        out += list(zip(c.datasets.tolist(), sizes.tolist(), strict=True))
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.integers(1, 10**6), min_size=10, max_size=10),
+    st.lists(st.integers(1, 400), min_size=10, max_size=10),
+    st.sampled_from([1e-4, 1e-3, 0.01]),
+    st.integers(1, 4),
+    st.sampled_from([1, None]),
+)
+def test_a_tiny_source_keeps_its_token_share_within_one_sequence_on_every_lane(
+    sizes: list[int], sample_bytes: list[int], tiny: float, lanes: int, passes: int | None
+) -> None:
+    """Ten datasets mixed by tokens, one of 1,000 samples at a tiny weight: every prefix of
+    every lane holds every dataset within one sequence (its longest sample) of its share."""
+    sizes[0] = 1000
+    ms = [
+        Manifest.uniform(f"d{d}", max(1, n // 100), min(n, 100), b)
+        for d, (n, b) in enumerate(zip(sizes, sample_bytes, strict=True))
+    ]
+    rest = (1 - tiny) / 9
+    weights = {"d0": tiny, **{f"d{d}": rest for d in range(1, 10)}}
+    ws = StaticMixtureWorkSource(
+        ms,
+        weights,
+        mixture_unit="tokens",
+        tokens_per_byte=0.25,
+        stop_after_passes=passes,
+        chunk_size=64,
+    )
+    exact = [float(w) for w in ws.weights]
+    for lane in range(lanes):
+        stream = token_stream(ws, lane, lanes, 3000)
+        picks = np.array([d for d, _ in stream])
+        tokens = np.array([t for _, t in stream])
+        grand = np.cumsum(tokens)
+        for d in range(10):
+            mine = np.cumsum(np.where(picks == d, tokens, 0.0))
+            longest = ms[d].sample_nbytes(np.zeros(1, np.int64), np.zeros(1, np.int64))[0] * 0.25
+            worst = float(np.abs(mine - exact[d] * grand).max())
+            assert worst <= max(longest, max(tokens)) + 1e-6, (lane, d, worst, longest)
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_a_token_schedule_changes_phase_at_its_token_position(lanes: int) -> None:
+    ms = [Manifest.uniform("web", 50, 100, 400), Manifest.uniform("code", 50, 100, 100)]
+    boundary = 60_000  # tokens, all lanes together
+    schedule = MixtureSchedule([(0, {"web": 1}), (boundary, {"web": 1, "code": 1})], unit="tokens")
+    ws = StaticMixtureWorkSource(
+        ms, schedule, tokens_per_byte=0.25, stop_after_passes=None, chunk_size=32
+    )
+    assert ws.mixture_unit == "tokens"
+    total = 0.0
+    for lane in range(lanes):
+        stream = token_stream(ws, lane, lanes, 2000)
+        tokens = np.cumsum([t for _, t in stream])
+        first_code = next(i for i, (d, _) in enumerate(stream) if d == 1)
+        # the lane's phase starts once it has drawn its share of the boundary's tokens (its
+        # first pick is web or code: they are level)
+        start = int(np.argmax(tokens >= boundary / lanes)) + 1
+        assert first_code in (start, start + 1), (first_code, start)
+        total += tokens[start - 1]
+        after = stream[first_code:]
+        web = sum(t for d, t in after if d == 0)
+        code = sum(t for d, t in after if d == 1)
+        assert abs(web - code) <= 100  # token shares of the second phase, within a sequence
+    assert abs(total - boundary) <= lanes * 100

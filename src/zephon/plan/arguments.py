@@ -58,7 +58,9 @@ def check_arguments(
 
 
 def mixture_phases(
-    names: Sequence[str], sizes: Sequence[int], mixture: Mapping[str, float] | MixtureSchedule | None
+    names: Sequence[str],
+    sizes: Sequence[int],
+    mixture: Mapping[str, float] | MixtureSchedule | None,
 ) -> list[Phase]:
     """The mixture as phases: a schedule's, or one phase at 0 of static weights."""
     if isinstance(mixture, MixtureSchedule):

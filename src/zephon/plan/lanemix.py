@@ -109,9 +109,13 @@ class LaneMix:
         if not self.renormalize:
             return self.weights[0]
         if i == LEFTOVER:
-            return tuple(Fraction(1, len(live)) if d in live else Fraction(0) for d in range(self.k))
+            return tuple(
+                Fraction(1, len(live)) if d in live else Fraction(0) for d in range(self.k)
+            )
         total = sum(self.weights[i][d] for d in live)
-        return tuple(self.weights[i][d] / total if d in live else Fraction(0) for d in range(self.k))
+        return tuple(
+            self.weights[i][d] / total if d in live else Fraction(0) for d in range(self.k)
+        )
 
     def _schedule(self, weights: tuple[Fraction, ...]) -> SampleSchedule:
         found = self._schedules.get(weights)
@@ -156,7 +160,9 @@ class LaneMix:
             rel = [c - b for c, b in zip(counts, base_, strict=True)]
             caps: list[int | None] = [None] * self.k
             if self.quotas is not None:
-                caps = [None if q is None else q - b for q, b in zip(self.quotas, base_, strict=True)]
+                caps = [
+                    None if q is None else q - b for q, b in zip(self.quotas, base_, strict=True)
+                ]
             got = self._schedule(self.segment_weights(segment)).picks(rel, want, caps)
             cut = len(got)
             for d in live:  # the first dataset to use up its share ends the segment

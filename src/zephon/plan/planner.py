@@ -104,9 +104,7 @@ class LanePlanner:
         self.splits = splits
         self.at_once = CHUNKS_AT_ONCE if chunks_at_once is None else chunks_at_once
         quotas = [s.quota(lane) for s in splits]
-        self.quotas: list[int | None] | None = (
-            None if all(q is None for q in quotas) else quotas
-        )
+        self.quotas: list[int | None] | None = None if all(q is None for q in quotas) else quotas
         self.mix = LaneMix(
             source.phases,
             source.mixture_unit,

@@ -188,7 +188,9 @@ class StaticMixtureWorkSource:
         if self.mixture_unit == "samples":  # ratios for max_tokens only
             return [
                 n
-                for n, r, cap in zip(self.names, self.tokens_per_byte, self.max_tokens or [], strict=False)
+                for n, r, cap in zip(
+                    self.names, self.tokens_per_byte, self.max_tokens or [], strict=False
+                )
                 if r is None and cap is not None
             ]
         return [n for n, r in zip(self.names, self.tokens_per_byte, strict=True) if r is None]
@@ -317,7 +319,9 @@ class StaticMixtureWorkSource:
 
     def tokens_per_sample(self) -> list[float]:
         """Each dataset's estimated mean tokens per sample (bytes times tokens per byte)."""
-        return [r * probe_sample_bytes(m) for r, m in zip(self._ratios(), self.manifests, strict=True)]
+        return [
+            r * probe_sample_bytes(m) for r, m in zip(self._ratios(), self.manifests, strict=True)
+        ]
 
     def ends(self) -> Ends:
         """The curriculum's end counts, whether each dataset leaves before the end, and its
@@ -448,7 +452,9 @@ class StaticMixtureWorkSource:
         datasets' mean tokens per sample)."""
         if not history or len(self.phases) == 1:
             return 0
-        drawn = [sum(int(c) for c in gen["cuts"][d]) for gen in history for d in range(len(self.names))]
+        drawn = [
+            sum(int(c) for c in gen["cuts"][d]) for gen in history for d in range(len(self.names))
+        ]
         if self.mixture_unit == "samples":
             return sum(drawn)
         tps = self.tokens_per_sample()
