@@ -46,21 +46,19 @@ def lane_starts(phases: list[tuple[int, dict[str, float]]], lane: int, lanes: in
     return [math.ceil((start - lane) / lanes) if start > lane else 0 for start, _ in phases]
 
 
-def stretches(picks: list[int], starts: list[int], totals: list[int]):  # noqa: ANN201
+def stretches(picks: list[int], starts: list[int], totals: list[int]):
     """The lane's stretches of constant weights: within a phase, while the datasets it draws
     that the lane has not used up stay the same. Yields ``(phase, live, picks)``."""
     counts = [0] * len(totals)
-    t = 0
 
     def key(t: int) -> tuple[int, tuple[int, ...]]:
         phase = max(i for i, s in enumerate(starts) if s <= t)
         return phase, tuple(d for d in range(len(totals)) if counts[d] < totals[d])
 
     current, run = key(0), []
-    for p in picks:
+    for t, p in enumerate(picks, 1):
         run.append(p)
         counts[p] += 1
-        t += 1
         nxt = key(t)
         if nxt != current:
             yield current, run

@@ -13,6 +13,7 @@ of :class:`Phase`: a start and exact weights per dataset. A static mixture is on
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,7 +61,10 @@ class MixtureSchedule:
     Example::
 
         MixtureSchedule(
-            [(0, {"web": 0.7, "code": 0.3}), (2_000_000_000, {"web": 0.5, "code": 0.3, "math": 0.2})],
+            [
+                (0, {"web": 0.7, "code": 0.3}),
+                (2_000_000_000, {"web": 0.5, "code": 0.3, "math": 0.2}),
+            ],
             unit="tokens",
         )
     """
@@ -153,7 +157,7 @@ class MixtureSchedule:
         if self.interpolate == "step" or len(phases) == 1:
             return phases
         out: list[Phase] = []
-        for a, b in zip(phases, phases[1:], strict=False):
+        for a, b in itertools.pairwise(phases):
             out += _ramp(a, b)
         return [*out, phases[-1]]
 

@@ -28,7 +28,7 @@ from zephon.plan.order import DatasetOrder
 from zephon.plan.planner import PLAN_SLICE_S, LanePlanner, WorkChunk
 from zephon.plan.relane import Draws, Relaned
 from zephon.plan.runs import default_chunk, default_run, probe_sample_bytes
-from zephon.plan.schedule import MixtureSchedule, Phase, first_difference, phases_of
+from zephon.plan.schedule import MixtureSchedule, Phase
 from zephon.refs import Cursor, RangeRequest
 
 __all__ = ["StaticMixtureWorkSource", "WorkChunk"]
