@@ -91,14 +91,16 @@ def residue_end(record: dict[str, Any]) -> int:
 
 
 def relane(
-    spec: PipelineSpec, state: dict[str, Any], history: list[Any]
+    spec: PipelineSpec, state: dict[str, Any], history: list[Any], past: Any = None
 ) -> tuple[list[Any], dict[int, list[dict[str, Any]]]]:
     """A checkpoint of another lane count: every old lane is cut at its checkpoint (at its
     high water if its operators held items, which then becomes a residue); what is left
     becomes a new generation of the curriculum dealt to this pipeline's lanes
     (:mod:`zephon.plan.relane`). Returns the new history and, per new lane, the residues
-    it replays first. Needs every old lane's entry."""
-    source = spec.source
+    it replays first. Needs every old lane's entry. ``past``: the work source the old lanes
+    were planned by, if a change to the curriculum's future changed its end counts (they are
+    then recorded with the new generation)."""
+    source = past if past is not None else spec.source
     old = int(state["lanes"])
     if state.get("source") != source.describe():
         source.check_state(
@@ -144,7 +146,10 @@ def relane(
     by_lane: dict[int, list[dict[str, Any]]] = {}
     for r, record in enumerate(residues):
         by_lane.setdefault(r % spec.lanes, []).append(record)
-    return source.relane(old, history, cuts, spec.lanes), by_lane
+    ends = source.end_counts() if past is not None else None
+    if past is not None and ends is None:
+        ends = [None] * len(cuts[0])
+    return spec.source.relane(old, history, cuts, spec.lanes, ends), by_lane
 
 
 def _draws(

@@ -21,6 +21,7 @@ from zephon.pipeline.changes import adapted, changes
 from zephon.pipeline.handover import lane_entry, relane
 from zephon.pipeline.lanestate import check_cursor, count, decode, encode, lane_number
 from zephon.pipeline.spec import PipelineSpec
+from zephon.plan.worksource import FUTURE
 from zephon.refs import Cursor
 
 __all__ = [
@@ -209,8 +210,10 @@ def restore(spec: PipelineSpec, state: dict[str, Any]) -> Resume:
     _adopt_ratios(spec, state.get("source"))
     lane_states = state.get("lane_states", {})
     history = list(state.get("history", []))
-    if state.get("lanes") != spec.lanes:
-        history, residues = relane(spec, state, history)
+    past = _past_source(spec, state.get("source"))
+    _check_past(spec, state)
+    if state.get("lanes") != spec.lanes or past is not None:
+        history, residues = relane(spec, state, history, past)
         residues = {
             lane: _adapt_residues(spec, changed, rs, f"residues of lane {lane}")
             for lane, rs in residues.items()
@@ -306,12 +309,17 @@ def _lane_resume(
     source = spec.source
     cursor = Cursor.from_dict(entry["cursor"]) if entry.get("cursor") else None
     lane_state = None
+    history = state.get("history", [])
+    hw_at = entry.get("hw") or {}
+    hw_cursor = Cursor.from_dict(hw_at["cursor"]) if hw_at.get("cursor") else None
     if cursor is not None:
         lane_state = source.state(cursor, int(entry["delivered"]), spec.lanes)
         lane_state["describe"] = state["source"]  # checked by the source
-        source.check_state(lane_state, spec.lanes)
+        source.check_state(lane_state, spec.lanes, history, hw_cursor)
     elif state["source"] != source.describe():
-        raise StateMismatch("checkpoint was taken from a different work source")
+        if not isinstance(state["source"], dict):
+            raise StateMismatch("checkpoint was taken from a different work source")
+        source.check_identity(state["source"])
     where = f"lane {lane}'s entry"
     ops = adapted(spec, changes, _ops(spec, entry.get("ops", []), f"{where} ops"))
     hw = entry.get("hw")
@@ -322,6 +330,41 @@ def _lane_resume(
     if "residues" in out:
         out["residues"] = _adapt_residues(spec, changes, out["residues"], f"{where} residues")
     return {**out, "ops": list(ops), "state": lane_state, "mark": mark}
+
+
+def _past_source(spec: PipelineSpec, theirs: Any) -> Any:
+    """The work source the checkpoint's lanes were planned by, when a change to the
+    curriculum's future (passes, budgets, epoch size, later phases) changed how much of a
+    dataset it draws: its lanes are then cut and what is left dealt again (as when the lane
+    count changes). ``None`` if the end counts are the same."""
+    source = spec.source
+    if not isinstance(theirs, dict):
+        return None
+    source.check_identity(theirs)
+    if all(theirs.get(k) == source.describe().get(k) for k in FUTURE):
+        return None
+    past = source.variant(theirs)
+    if past.ends().counts == source.ends().counts:
+        return None
+    source.check_ends(past.ends().counts, source.ends().counts)
+    return past
+
+
+def _check_past(spec: PipelineSpec, state: dict[str, Any]) -> None:
+    """No lane of the checkpoint has drawn where this source's schedule differs from its."""
+    source, theirs = spec.source, state.get("source")
+    if not isinstance(theirs, dict) or theirs == source.describe():
+        return
+    history = state.get("history", [])
+    for entry in state.get("lane_states", {}).values():
+        if not entry.get("cursor"):
+            continue
+        hw = entry.get("hw") or {}
+        hw_cursor = Cursor.from_dict(hw["cursor"]) if hw.get("cursor") else None
+        cursor = Cursor.from_dict(entry["cursor"])
+        source.check_past(
+            theirs, cursor, int(entry["delivered"]), state["lanes"], history, hw_cursor
+        )
 
 
 def _check_locations(spec: PipelineSpec, theirs: Any) -> None:

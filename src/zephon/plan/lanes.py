@@ -111,6 +111,16 @@ class LaneSplit:
         """The last pass a re-laning generation had taken over (none: ``-1``)."""
         return -1
 
+    @property
+    def frontier(self) -> int:
+        """The first draw of the multi-pass order not dealt (a finite curriculum's total)."""
+        return self.total or 0
+
+    @property
+    def planned(self) -> int:
+        """The draws of the whole curriculum this split deals (0: infinite)."""
+        return self.total or 0
+
     def drawn_before(self, lane: int, p: int) -> int:
         """Draws lane ``lane`` gets in the whole passes before pass ``p``."""
         return int(self._before(lane, np.array([p]))[0])

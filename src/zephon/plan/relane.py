@@ -44,6 +44,12 @@ class Draws(Protocol):
     @property
     def cutoff(self) -> int: ...
 
+    @property
+    def frontier(self) -> int: ...
+
+    @property
+    def planned(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class Shifted:
@@ -60,6 +66,14 @@ class Shifted:
     @property
     def cutoff(self) -> int:
         return self.first - 1
+
+    @property
+    def frontier(self) -> int:
+        return 0  # an infinite curriculum's: not used
+
+    @property
+    def planned(self) -> int:
+        return 0
 
     def ranks(self, lane: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         passes, ranks = self.split.ranks(lane, k)
@@ -83,6 +97,10 @@ class Relaned:
         cuts: per old lane, the draws it had made at the checkpoint.
         lanes, chunk_size, offset: the new lane split.
         n: samples per pass; ``infinite``: whether the curriculum never ends.
+        total: a finite curriculum's draws of the dataset in all (``None``: the parent's).
+            When a restore changed the curriculum's future, fewer than the old lanes had
+            left take the first of them; more take, after them, the draws that follow the
+            parent's in the dataset's multi-pass order.
     """
 
     def __init__(
@@ -94,9 +112,11 @@ class Relaned:
         n: int,
         offset: int,
         infinite: bool,
+        total: int | None = None,
     ) -> None:
         self.parent = parent
         self.lanes = lanes
+        self.n = n
         old = range(parent.lanes)
         if infinite:  # the old lanes' rest of the passes they have reached
             reached = [int(parent.ranks(i, np.array([cuts[i]], np.int64))[0][0]) for i in old]
@@ -109,6 +129,13 @@ class Relaned:
         lengths = np.maximum(0, np.array(ends, np.int64) - self.cuts)
         self._starts = np.concatenate(([0], np.cumsum(lengths)))
         size = int(self._starts[-1])
+        self.frontier = parent.frontier  # the first draw of the multi-pass order not dealt yet
+        self.planned = parent.planned if total is None else total
+        if not infinite and self.planned != parent.planned:  # the future changed on restore
+            want = max(0, size + self.planned - parent.planned)
+            self.frontier += max(0, want - size)
+            size = want
+        self._old = int(self._starts[-1])  # positions past these extend the parent's draws
         self.rest = LaneSplit.of(size, lanes, chunk_size, offset, size) if size else None
         self.tail: Shifted | None = None
         if infinite:
@@ -143,6 +170,24 @@ class Relaned:
         if early.any():
             assert self.rest is not None
             _, at = self.rest.ranks(lane, k[early])  # positions in the old lanes' rest
+            p, r = self._rest_ranks(at)
+            passes[early], ranks[early] = p, r
+        if not early.all():
+            assert self.tail is not None
+            passes[~early], ranks[~early] = self.tail.ranks(lane, k[~early] - share)
+        return passes, ranks
+
+    def _rest_ranks(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(pass, rank)`` of positions ``at`` of the rest: the old lanes' draws left, then
+        (a finite curriculum grown on restore) those after the parent's."""
+        passes = np.empty(len(at), np.int64)
+        ranks = np.empty(len(at), np.int64)
+        grown = at >= self._old
+        if grown.any():
+            draw = self.parent.frontier + at[grown] - self._old
+            passes[grown], ranks[grown] = np.divmod(draw, self.n)
+        if not grown.all():
+            at = at[~grown]
             old = np.searchsorted(self._starts, at, side="right") - 1
             drawn = self.cuts[old] + at - self._starts[old]
             p = np.empty(len(at), np.int64)
@@ -150,8 +195,5 @@ class Relaned:
             for i in distinct(old):
                 mask = old == i
                 p[mask], r[mask] = self.parent.ranks(i, drawn[mask])
-            passes[early], ranks[early] = p, r
-        if not early.all():
-            assert self.tail is not None
-            passes[~early], ranks[~early] = self.tail.ranks(lane, k[~early] - share)
+            passes[~grown], ranks[~grown] = p, r
         return passes, ranks

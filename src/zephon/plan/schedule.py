@@ -133,9 +133,10 @@ class MixtureSchedule:
     def bind(self, names: Sequence[str]) -> list[Phase]:
         """The phases over the datasets ``names`` (a linear ramp as its steps).
 
+        A dataset no phase names is not drawn (a phase added on restore may bring it in).
+
         Raises:
-            ConfigError: a phase names an unknown dataset, or a dataset has weight 0 in
-                every phase.
+            ConfigError: a phase names an unknown dataset.
         """
         known = set(names)
         for i, (_, weights) in enumerate(self.phases):
@@ -145,12 +146,6 @@ class MixtureSchedule:
                     f"MixtureSchedule phase {i} names unknown datasets {unknown} (datasets: "
                     f"{list(names)})"
                 )
-        never = [n for n in names if not any(w.get(n, 0) > 0 for _, w in self.phases)]
-        if never:
-            raise ConfigError(
-                f"MixtureSchedule: datasets {never} have weight 0 in every phase; leave them "
-                "out of the work source"
-            )
         phases = [
             Phase(start, _normalised([w.get(n, 0) for n in names])) for start, w in self.phases
         ]
