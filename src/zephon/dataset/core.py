@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+
+import numpy as np
 
 from zephon.choices import DatasetFormat
 from zephon.dataset.cache import (
@@ -19,6 +22,17 @@ from zephon.dataset.cache import (
     default_cache_dir,
 )
 from zephon.dataset.discover import Discovered, DiscoveryStats, discover, discover_lance
+from zephon.dataset.selection import (
+    Everything,
+    Excluded,
+    Range,
+    Selection,
+    SplitPart,
+    exclusions,
+    split_bounds,
+)
+from zephon.dataset.where import check as check_where
+from zephon.dataset.where import referenced, rejected_rows
 from zephon.errors import ConfigError, redact_uri
 from zephon.formats.blob import Blob
 from zephon.formats.index import (
@@ -46,6 +60,11 @@ __all__ = ["Dataset"]
 
 AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex
 _COALESCE_GAP_BYTES = 64 * 1024
+
+
+def _count_arg(name: str, n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError(f"{name}(n): n must be an int >= 0, got {n!r}")
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -89,6 +108,7 @@ class Dataset:
         self._storage_options = dict(storage_options or {})
         self._scan_keep = found.keep
         self.codec.bind_storage(self._storage_options)  # for codecs that read by themselves
+        self.selection: Selection | None = None  # take/skip/split/exclude (None: every sample)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -110,8 +130,71 @@ class Dataset:
 
     @property
     def num_samples(self) -> int:
-        """Samples in all shards."""
+        """Samples in all shards (those selected, after take/skip/split/exclude)."""
+        if self.selection is not None:
+            return int(self.selection.counts.sum())
         return sum(s.num_samples for s in self.shards)
+
+    # -- selecting samples from metadata ------------------------------------------------
+
+    def _all(self) -> Selection:
+        if self.selection is not None:
+            return self.selection
+        return Everything(np.array([s.num_samples for s in self.shards], dtype=np.int64))
+
+    def _selected(self, selection: Selection) -> Dataset:
+        out = copy.copy(self)
+        out.selection = selection
+        return out
+
+    def take(self, n: int) -> Dataset:
+        """The first ``n`` samples (in storage order), as a dataset of its own."""
+        _count_arg("take", n)
+        return self._selected(Range(self._all(), 0, n))
+
+    def skip(self, n: int) -> Dataset:
+        """All but the first ``n`` samples (in storage order)."""
+        _count_arg("skip", n)
+        return self._selected(Range(self._all(), n, self.num_samples))
+
+    def split(self, fractions: Mapping[str, float], *, seed: int = 0) -> dict[str, Dataset]:
+        """Deterministic parts, e.g. ``{"train": 0.99, "val": 0.01}``: disjoint, covering
+        the dataset when the fractions sum to 1, exact in size (largest remainders), and the
+        same whatever the lanes, ranks or shard layout (a sample's part depends on its
+        number in storage order and ``seed`` only). Finding each part's count reads no data:
+        one pass over the sample numbers.
+
+        Raises:
+            ConfigError: a fraction outside (0, 1], or fractions summing past 1.
+        """
+        bounds = split_bounds(fractions, self.num_samples)
+        base = self._all()
+        return {
+            p: self._selected(SplitPart(base, seed, p, lo, hi)) for p, (lo, hi) in bounds.items()
+        }
+
+    def exclude(self, items: Iterable[Any] | str) -> Dataset:
+        """The dataset without some samples (a dedup pass's output): sample numbers in
+        storage order, ``(shard, index)`` pairs (a shard by number, URI or path under the
+        root), or the path of a local file of them, one JSON value per line. Planning keeps
+        them in O(excluded) memory.
+
+        Raises:
+            ConfigError: a sample or shard that does not exist (naming it), or an exclusion
+                after take/skip/split (exclude first).
+        """
+        if self.selection is not None:
+            raise ConfigError(
+                f"dataset {self.name!r}: exclude before take, skip or split (samples are "
+                "named by their place in the whole dataset)"
+            )
+        counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
+        given = items if isinstance(items, str) else list(items)
+        gone = exclusions(self.name, given, [s.uri for s in self.shards], self.root, counts)
+        digest = hashlib.sha256(
+            b"".join(np.int64(s).tobytes() + v.tobytes() for s, v in sorted(gone.items()))
+        ).hexdigest()[:16]
+        return self._selected(Excluded(Everything(counts), gone, digest))
 
     def fingerprint(self) -> str:
         """A digest of name, format, columns and every shard's path under the root, sample
@@ -122,6 +205,8 @@ class Dataset:
             uri = path_of(s.uri)  # a presigned URL's signature changes, the data does not
             path = uri[len(self.root) :] if uri.startswith(self.root) else uri
             h.update(f"\0{path}\0{s.num_samples}\0{s.size_bytes}".encode())
+        if self.selection is not None:
+            h.update(json.dumps(self.selection.describe()).encode())
         return h.hexdigest()[:16]
 
     def location(self) -> dict[str, str]:
@@ -156,8 +241,74 @@ class Dataset:
         cache_limit_bytes: int = 64 << 30,
         keep_scan_bytes: int = 256 << 20,
         keep_scan_disk_bytes: int = 16 << 30,
+        exclude: Iterable[Any] | str | None = None,
+        where: Any = None,
     ) -> Dataset:
         """Discover the dataset at ``path`` (see :meth:`from_path`) from async code."""
+        if where is not None:
+            check_where(where)
+        args = {
+            "format": format,
+            "storage_options": storage_options,
+            "allow_pickle": allow_pickle,
+            "index": index,
+            "index_cache": index_cache,
+            "limits": limits,
+            "cache_dir": cache_dir,
+            "cache_limit_bytes": cache_limit_bytes,
+        }
+        scan = {"keep_scan_bytes": keep_scan_bytes, "keep_scan_disk_bytes": keep_scan_disk_bytes}
+        ds = await cls._adiscover(name, path, columns=columns, **args, **scan)
+        if exclude is None and where is None:
+            return ds
+        counts = np.array([s.num_samples for s in ds.shards], dtype=np.int64)
+        gone: dict[int, np.ndarray] = {}
+        if exclude is not None:
+            given = exclude if isinstance(exclude, str) else list(exclude)
+            gone = exclusions(name, given, [s.uri for s in ds.shards], ds.root, counts)
+        if where is not None:
+            first = await ds.ahead(1)
+            names = referenced(
+                where, list(first[0]) if first and isinstance(first[0], dict) else []
+            )
+            if not names:
+                raise ConfigError(f"dataset {name!r}: where {where} names none of its columns")
+            projected = ds
+            if ds.format in ("parquet", "lance"):  # read the predicate's columns alone
+                projected = await cls._adiscover(
+                    name, path, columns=names, **args, keep_scan_bytes=0, keep_scan_disk_bytes=0
+                )
+            root = (
+                None
+                if index_cache is False
+                else (default_cache_dir() if index_cache is True else Path(index_cache))
+            )
+            for shard, rows in (await rejected_rows(projected, where, root)).items():
+                gone[shard] = np.union1d(gone.get(shard, np.zeros(0, np.int64)), rows)
+        digest = hashlib.sha256(
+            f"{where}".encode()
+            + b"".join(np.int64(s).tobytes() + v.tobytes() for s, v in sorted(gone.items()))
+        ).hexdigest()[:16]
+        return ds._selected(Excluded(Everything(counts), gone, digest))
+
+    @classmethod
+    async def _adiscover(
+        cls,
+        name: str,
+        path: str | Sequence[str],
+        *,
+        format: DatasetFormat | None,
+        storage_options: Mapping[str, Any] | None,
+        columns: Sequence[str] | None,
+        allow_pickle: bool,
+        index: str | None,
+        index_cache: str | Path | bool,
+        limits: StorageLimits | None,
+        cache_dir: str | Path | None,
+        cache_limit_bytes: int,
+        keep_scan_bytes: int,
+        keep_scan_disk_bytes: int,
+    ) -> Dataset:
         if not name:
             raise ConfigError("a dataset needs a non-empty name")
         first = path if isinstance(path, str) else (next(iter(path), "") or "")
@@ -207,6 +358,8 @@ class Dataset:
         cache_limit_bytes: int = 64 << 30,
         keep_scan_bytes: int = 256 << 20,
         keep_scan_disk_bytes: int = 16 << 30,
+        exclude: Iterable[Any] | str | None = None,
+        where: Any = None,
     ) -> Dataset:
         """Discover the dataset at ``path``. (Long because every argument is documented here.)
 
@@ -239,6 +392,12 @@ class Dataset:
                 than half the temporary directory's free space), read back from there by the
                 first epoch, so it fetches each shard once in all; the file goes when that
                 pipeline stops (or the process ends). ``0`` keeps none on disk.
+            exclude: samples left out (see :meth:`exclude`): sample numbers, ``(shard,
+                index)`` pairs or a file of them.
+            where: a ``pyarrow.compute`` expression on the samples' columns, e.g.
+                ``pc.field("score") > 0.5``: only the samples it holds for are kept. Its
+                columns are read once here (alone for Parquet and Lance), and the rows it
+                rejects are cached on local disk per shard version with the index cache.
 
         Raises:
             NotFound, AccessDenied: the path, bucket or a shard.
@@ -263,6 +422,8 @@ class Dataset:
                 cache_limit_bytes=cache_limit_bytes,
                 keep_scan_bytes=keep_scan_bytes,
                 keep_scan_disk_bytes=keep_scan_disk_bytes,
+                exclude=exclude,
+                where=where,
             )
         )
 
@@ -345,12 +506,14 @@ class Dataset:
     async def ahead(self, n: int = 5) -> list[Any]:
         """The first ``n`` samples in storage order."""
         out: list[Any] = []
+        kept = self._all()
         async with self.open_storage() as storage:
-            for shard, info in enumerate(self.shards):
+            for shard in range(len(self.shards)):
                 if len(out) >= n:
                     break
-                take = min(info.num_samples, n - len(out))
-                out.extend(await self.aread(storage, shard, range(take)))
+                take = min(int(kept.counts[shard]), n - len(out))
+                samples = kept.samples(shard, np.arange(take, dtype=np.int64))
+                out.extend(await self.aread(storage, shard, samples.tolist()))
         return out
 
     def head(self, n: int = 5) -> list[Any]:

@@ -83,8 +83,13 @@ class Manifest:
         uris: Sequence[str],
         versions: Sequence[str],
         layouts: Sequence[Any],
+        selection: Any = None,
+        stored: np.ndarray | None = None,
     ) -> None:
         self.name = name
+        # take/skip/split/exclude (zephon.dataset.selection): the planner plans positions
+        # among the kept samples of each shard, and reads the samples they are
+        self.selection = selection
         self.fingerprint = fingerprint
         self.shard_samples = shard_samples
         self.uris = uris
@@ -108,7 +113,8 @@ class Manifest:
         if self._all_groups:
             # Every row group's first row as a dataset-wide row number, so the row groups of a
             # chunk's samples are one search however many shards they come from.
-            firsts = np.concatenate(([0], np.cumsum(shard_samples)[:-1]))
+            rows = shard_samples if stored is None else stored  # what each shard holds
+            firsts = np.concatenate(([0], np.cumsum(rows)[:-1]))
             self._group_rows = np.concatenate(
                 [first + x.row_starts[:-1] for first, x in zip(firsts, layouts, strict=True)]
             )
@@ -156,14 +162,29 @@ class Manifest:
         layouts = [
             _Records(idx) if isinstance(idx, RecordIndex) else idx for idx in dataset.indexes
         ]
+        selection = getattr(dataset, "selection", None)
+        counts = np.array([s.num_samples for s in dataset.shards], dtype=np.int64)
         return cls(
             dataset.name,
             dataset.fingerprint(),
-            np.array([s.num_samples for s in dataset.shards], dtype=np.int64),
+            counts if selection is None else selection.counts.copy(),
             [s.uri for s in dataset.shards],
             [s.version for s in dataset.shards],
             layouts,
+            selection,
+            counts,
         )
+
+    def kept(self, shards: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The samples (within their shards) of kept ``positions``: themselves unless the
+        dataset selects some of its samples."""
+        if self.selection is None or not len(shards):
+            return positions
+        out = np.empty(len(positions), np.int64)
+        for shard in distinct(shards):
+            mask = shards == shard
+            out[mask] = self.selection.samples(int(shard), positions[mask])
+        return out
 
     @classmethod
     def uniform(

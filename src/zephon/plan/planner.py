@@ -274,8 +274,9 @@ class LanePlanner:
         order = src.orders[d]
         if n == 0 or (passes[0] == passes[-1] and (passes == passes[0]).all()):
             key = src.exhaustion.pass_key(d, int(passes[0]) if n else 0)
-            return (*order.locate(key, ranks), passes)
-        drawn, which = np.unique(passes, return_inverse=True)
-        keys = [src.exhaustion.pass_key(d, int(p)) for p in drawn.tolist()]
-        shards, samples = order.locate_passes(keys, which.astype(np.int64), ranks)
-        return shards, samples, passes
+            shards, samples = order.locate(key, ranks)
+        else:
+            drawn, which = np.unique(passes, return_inverse=True)
+            keys = [src.exhaustion.pass_key(d, int(p)) for p in drawn.tolist()]
+            shards, samples = order.locate_passes(keys, which.astype(np.int64), ranks)
+        return shards, src.manifests[d].kept(shards, samples), passes

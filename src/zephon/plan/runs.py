@@ -65,7 +65,7 @@ def _head_sample_bytes(manifest: Manifest) -> float:
         return 1024.0
     shards = np.repeat(np.arange(len(counts)), counts)
     samples = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    return float(manifest.sample_nbytes(shards, samples).mean())
+    return float(manifest.sample_nbytes(shards, manifest.kept(shards, samples)).mean())
 
 
 def _common_row_group(manifests: list[Manifest]) -> int:
@@ -122,14 +122,14 @@ def _mean_group_bytes(manifest: Manifest) -> float:
 
 def mean_sample_bytes(manifest: Manifest) -> float:
     probe = min(manifest.num_shards, 16)
-    shards = np.repeat(np.arange(probe), 1)
     counts = manifest.shard_samples[:probe]
     if not manifest.all_records or counts.sum() == 0:
         return 1024.0
-    starts, _ = manifest.spans(shards, np.zeros(probe, dtype=np.int64))
-    _, stops = manifest.spans(shards, np.maximum(counts - 1, 0))
-    total = float((stops - starts)[counts > 0].sum())
-    return total / float(counts.sum())
+    shards = np.flatnonzero(counts > 0).astype(np.int64)  # a selection may keep none of one
+    counts = counts[shards]
+    starts, _ = manifest.spans(shards, manifest.kept(shards, np.zeros(len(shards), np.int64)))
+    _, stops = manifest.spans(shards, manifest.kept(shards, counts - 1))
+    return float((stops - starts).sum()) / float(counts.sum())
 
 
 def probe_sample_bytes(manifest: Manifest, probes: int = 4096) -> float:
@@ -139,4 +139,4 @@ def probe_sample_bytes(manifest: Manifest, probes: int = 4096) -> float:
     ranks = np.unique(np.linspace(0, n - 1, min(n, probes)).astype(np.int64))
     cum = np.concatenate(([0], np.cumsum(manifest.shard_samples)))
     shards = np.searchsorted(cum, ranks, side="right") - 1
-    return float(manifest.sample_nbytes(shards, ranks - cum[shards]).mean())
+    return float(manifest.sample_nbytes(shards, manifest.kept(shards, ranks - cum[shards])).mean())
