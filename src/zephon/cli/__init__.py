@@ -1,10 +1,11 @@
-"""The ``zephon`` command line: ``inspect``, ``index``, ``bench`` and ``demo``.
+"""The ``zephon`` command line: ``inspect``, ``index``, ``bench``, ``plan`` and ``demo``.
 
 | module | owns |
 | --- | --- |
 | ``__main__`` | ``python -m zephon.cli`` |
 | ``bench`` | ``zephon bench PATH``: read a dataset for a while and say how fast |
 | ``datasets`` | ``zephon inspect`` and ``zephon index`` |
+| ``plan`` | ``zephon plan CONFIG``: the plan of a curriculum before the run |
 | ``demo`` | ``zephon demo``: a real pipeline over generated data in an embedded local S3 ser |
 """
 
@@ -89,6 +90,20 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--processes", type=int, default=0, help="decode processes")
     bench.add_argument("--lanes", type=int, default=1, help="lanes (independent streams)")
 
+    plan = command(
+        "plan",
+        "what a curriculum will read before the run: samples, tokens, passes and phases per "
+        "dataset, reads, bytes and their cost (planned from metadata only)",
+        "zephon plan curriculum.toml --lanes 64 --plot plan.png",
+    )
+    plan.add_argument("config", help="a TOML or JSON file, or module:function")
+    plan.add_argument("--lanes", type=int, default=1, help="lanes of the run (all ranks)")
+    plan.add_argument("--samples", type=int, default=None, help="how far to plan (endless runs)")
+    plan.add_argument("--get-price", type=float, default=0.0004, help="USD per 1,000 GETs")
+    plan.add_argument("--egress-price", type=float, default=0.0, help="USD per GiB out")
+    plan.add_argument("--json", action="store_true", help="the report as JSON")
+    plan.add_argument("--plot", default=None, help="a PNG of the mixture and repetitions")
+
     demo = command(
         "demo", "stream a generated dataset from an embedded S3 server", "zephon demo --shards 32"
     )
@@ -105,6 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from zephon.cli.demo import run_demo
 
         return run_demo(shards=args.shards, shard_mib=args.shard_mib, concurrency=args.concurrency)
+    if args.command == "plan":
+        from zephon.cli.plan import run_plan
+
+        return run_plan(
+            args.config,
+            args.lanes,
+            args.samples,
+            args.get_price,
+            args.egress_price,
+            args.json,
+            args.plot,
+        )
     from zephon.cli.datasets import run_index, run_inspect
 
     options = _options(args.storage_options)

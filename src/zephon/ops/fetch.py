@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from zephon.formats.blob import Blob, Bytes
+from zephon.plan.coalesce import ReadGroups
 from zephon.refs import RangeRequest
 from zephon.storage import ManagedStorage
 
@@ -165,44 +166,14 @@ async def read_request(
 async def group_requests(
     requests: AsyncIterator[RangeRequest], gap_bytes: int, max_bytes: int, max_group: int = 64
 ) -> AsyncIterator[list[RangeRequest]]:
-    """Runs of consecutive single-range requests that read neighbouring bytes of one shard.
-
-    The planner coalesces within a chunk; consecutive chunks often continue where the last
-    one stopped (storage order, block runs), so one storage read can serve several chunks.
-    Groups start small: the ``k``-th holds at most ``2 ** k`` requests, so the first chunk is
-    one read of its own (the first batch waits for it, not for the chunks merged after it).
-    """
-    group: list[RangeRequest] = []
-    stop = 0
-    made = 0
+    """Runs of consecutive single-range requests that read neighbouring bytes of one shard,
+    each one storage read (see :class:`~zephon.plan.coalesce.ReadGroups`)."""
+    groups = ReadGroups(gap_bytes, max_bytes, max_group)
     try:
         async for request in requests:
-            if len(request.ranges) == 1:
-                ((start, end),) = request.ranges
-                if (
-                    group
-                    and request.uri == group[0].uri
-                    and request.version == group[0].version
-                    and start >= group[0].ranges[0][0]
-                    and start - stop <= gap_bytes
-                    and end - group[0].ranges[0][0] <= max_bytes
-                    and len(group) < min(max_group, 1 << min(made, 16))
-                ):
-                    group.append(request)
-                    stop = max(stop, end)
-                    continue
-                if group:
-                    yield group
-                    made += 1
-                group, stop = [request], end
-                continue
-            if group:
+            for group in groups.add(request):
                 yield group
-                made += 1
-                group = []
-            yield [request]
-            made += 1
-        if group:
+        for group in groups.finish():
             yield group
     finally:  # closed here, not left to the collector (its aclose would be a stray task)
         aclose = getattr(requests, "aclose", None)

@@ -20,7 +20,7 @@ from zephon.formats.index import FragmentIndex, RowGroupIndex, StreamIndex, Whol
 from zephon.plan.manifest import Manifest
 from zephon.refs import Cursor, RangeRequest
 
-__all__ = ["PlannedReads", "coalesce_chunks", "cut_requests"]
+__all__ = ["PlannedReads", "ReadGroups", "coalesce_chunks", "cut_requests", "group_reads"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -314,3 +314,65 @@ def cut_requests(requests: Sequence[RangeRequest], skip: int, stop: int) -> list
             )
         out.append(request)
     return sorted(out, key=lambda r: int(r.slots[0])) if skip else out
+
+
+class ReadGroups:
+    """Runs of consecutive single-range requests that read neighbouring bytes of one shard,
+    each fetched by one storage read (:func:`zephon.ops.fetch.group_requests`).
+
+    The planner coalesces within a chunk; consecutive chunks often continue where the last
+    one stopped (storage order, block runs), so one storage read can serve several chunks.
+    Groups start small: the ``k``-th holds at most ``2 ** k`` requests, so the first chunk is
+    one read of its own (the first batch waits for it, not for the chunks merged after it).
+    Pure and synchronous, so a plan can count the reads a run will make.
+    """
+
+    def __init__(self, gap_bytes: int, max_bytes: int, max_group: int = 64) -> None:
+        self.gap_bytes, self.max_bytes, self.max_group = gap_bytes, max_bytes, max_group
+        self.group: list[RangeRequest] = []
+        self.stop = 0
+        self.made = 0
+
+    def add(self, request: RangeRequest) -> list[list[RangeRequest]]:
+        """The groups that ``request`` completes (it may join the open one)."""
+        group = self.group
+        out: list[list[RangeRequest]] = []
+        if len(request.ranges) == 1:
+            ((start, end),) = request.ranges
+            if (
+                group
+                and request.uri == group[0].uri
+                and request.version == group[0].version
+                and start >= group[0].ranges[0][0]
+                and start - self.stop <= self.gap_bytes
+                and end - group[0].ranges[0][0] <= self.max_bytes
+                and len(group) < min(self.max_group, 1 << min(self.made, 16))
+            ):
+                group.append(request)
+                self.stop = max(self.stop, end)
+                return out
+            if group:
+                out.append(group)
+                self.made += 1
+            self.group, self.stop = [request], end
+            return out
+        if group:
+            out.append(group)
+            self.made += 1
+            self.group = []
+        out.append([request])
+        self.made += 1
+        return out
+
+    def finish(self) -> list[list[RangeRequest]]:
+        """The open group, if any."""
+        out, self.group = ([self.group] if self.group else []), []
+        return out
+
+
+def group_reads(group: list[RangeRequest]) -> tuple[int, int]:
+    """Storage reads and bytes of one group: a merged run is one read of its span."""
+    if len(group) == 1:
+        return len(group[0].ranges), sum(b - a for a, b in group[0].ranges)
+    start, stop = group[0].ranges[0][0], max(r.ranges[0][1] for r in group)
+    return 1, stop - start

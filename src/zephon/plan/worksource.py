@@ -29,6 +29,7 @@ from zephon.plan.mixture import rational_weights
 from zephon.plan.order import DatasetOrder
 from zephon.plan.planner import PLAN_SLICE_S, LanePlanner, WorkChunk
 from zephon.plan.relane import Draws, Relaned
+from zephon.plan.report import PlanReport, plan_report
 from zephon.plan.runs import default_chunk, default_run, probe_sample_bytes
 from zephon.plan.schedule import MixtureSchedule, Phase, first_difference, phases_of
 from zephon.refs import Cursor, RangeRequest
@@ -579,6 +580,28 @@ class StaticMixtureWorkSource:
             origin=self.origin(history),
         )
         return planner.chunks(cursor)
+
+    def report(
+        self,
+        lanes: int = 1,
+        *,
+        samples: int | None = None,
+        get_price_per_1000: float = 0.0004,
+        egress_price_per_gib: float = 0.0,
+    ) -> PlanReport:
+        """The plan before the run, planned from metadata only: per dataset and phase,
+        samples and estimated tokens; passes and repeats; the global positions of each
+        dataset's first and last draws; the reads and bytes the run fetches and their cost
+        at the given prices. ``samples``: how far to plan (needed when the curriculum has no
+        end). ``report.text()`` prints it, ``report.plot(path)`` draws it (matplotlib).
+        A run over ``lanes`` lanes that reads to the end delivers exactly these counts."""
+        return plan_report(
+            self,
+            lanes,
+            samples=samples,
+            get_price_per_1000=get_price_per_1000,
+            egress_price_per_gib=egress_price_per_gib,
+        )
 
     def origin(self, history: Sequence[Mapping[str, Any]] = ()) -> float:
         """Where the current lane generation starts, as a global position in the mixture's

@@ -1,0 +1,282 @@
+"""The plan before the run: what a curriculum will read, in what mixture, at what cost.
+
+:func:`plan_report` plans every lane of a work source (metadata only, nothing is fetched) and
+adds up what the run will deliver: per dataset and per phase of the schedule, samples and
+estimated tokens; per dataset, the passes it starts and the global positions of its first
+and last draws; the reads and bytes the run fetches and what they cost at a given price.
+The figures are the planner's own, so a run that reads to the end delivers exactly them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from zephon.errors import ConfigError
+from zephon.plan.coalesce import ReadGroups, cut_requests, group_reads
+
+if TYPE_CHECKING:
+    from zephon.plan.worksource import StaticMixtureWorkSource
+
+__all__ = ["DatasetPlan", "PlanReport", "plan_report"]
+
+
+@dataclass
+class DatasetPlan:
+    """One dataset's part of the run."""
+
+    name: str
+    size: int  # samples in one pass
+    samples: int = 0
+    tokens: float | None = None  # estimated from bytes (None: no tokens-per-byte ratio)
+    passes: int = 0  # passes the run starts (1: read once or less; 3: two repeats)
+    first: int | None = None  # global position of its first draw
+    last: int | None = None  # ... and of its last
+    per_phase: list[int] = field(default_factory=list)  # samples in each phase
+    per_pass: list[int] = field(default_factory=list)  # samples drawn in each pass
+
+    @property
+    def repeats(self) -> float:
+        """How many times the run reads the dataset over (0: once or less)."""
+        return max(0.0, self.samples / max(1, self.size) - 1)
+
+
+@dataclass
+class PlanReport:
+    """What a run of a work source will deliver and fetch (see :func:`plan_report`)."""
+
+    lanes: int
+    samples: int
+    phases: list[int]  # global start of each phase (the schedule's unit)
+    unit: str
+    datasets: list[DatasetPlan]
+    requests: int
+    bytes: int
+    get_price_per_1000: float
+    egress_price_per_gib: float
+    shares: list[list[float]]  # per bucket of the run (in samples), each dataset's share
+    finite: bool
+
+    @property
+    def cost(self) -> float:
+        """Estimated object store cost: GET requests plus bytes out, at the given prices."""
+        gets = self.requests / 1000 * self.get_price_per_1000
+        return gets + self.bytes / 2**30 * self.egress_price_per_gib
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cost"] = self.cost
+        for d, plan in zip(out["datasets"], self.datasets, strict=True):
+            d["repeats"] = plan.repeats
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def text(self) -> str:
+        """The report as a table for a terminal."""
+        span = "the whole run" if self.finite else f"the first {self.samples:,} samples"
+        lines = [
+            f"plan of {span} over {self.lanes} lane(s): {self.samples:,} samples, "
+            f"{self.requests:,} reads, {self.bytes / 2**20:,.1f} MiB, est. ${self.cost:,.4f}",
+            "",
+            f"{'dataset':<16} {'samples':>12} {'share':>7} {'tokens':>14} {'passes':>6} "
+            f"{'repeats':>8} {'first':>12} {'last':>12}",
+        ]
+        for d in self.datasets:
+            tokens = "-" if d.tokens is None else f"{d.tokens:,.0f}"
+            share = d.samples / max(1, self.samples)
+            first = "-" if d.first is None else f"{d.first:,}"
+            last = "-" if d.last is None else f"{d.last:,}"
+            lines.append(
+                f"{d.name:<16} {d.samples:>12,} {share:>7.1%} {tokens:>14} {d.passes:>6} "
+                f"{d.repeats:>8.2f} {first:>12} {last:>12}"
+            )
+        if len(self.phases) > 1:
+            lines += [
+                "",
+                f"phase  start ({self.unit})  " + "  ".join(d.name for d in self.datasets),
+            ]
+            for i, start in enumerate(self.phases):
+                counts = "  ".join(f"{d.per_phase[i]:,}" for d in self.datasets)
+                lines.append(f"{i:<6} {start:>15,}  {counts}")
+        return "\n".join(lines)
+
+    def plot(self, path: str) -> str:
+        """A PNG of the mixture over the run and of each dataset's passes (needs matplotlib,
+        the ``plot`` extra). Returns ``path``."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ConfigError(
+                "the plan's plot needs matplotlib: pip install 'zephon[plot]'"
+            ) from None
+        fig, (mix, reps) = plt.subplots(1, 2, figsize=(12, 4.5), width_ratios=[2, 1])
+        shares = np.array(self.shares).T if self.shares else np.zeros((len(self.datasets), 0))
+        x = (np.arange(shares.shape[1]) + 0.5) * self.samples / max(1, shares.shape[1])
+        mix.stackplot(x, shares, labels=[d.name for d in self.datasets])
+        for start in self.phases[1:] if self.unit == "samples" else ():
+            mix.axvline(start, color="black", linewidth=0.8, linestyle="--")
+        mix.set_xlabel("global position (samples)")
+        mix.set_ylabel("share of the mixture")
+        mix.set_ylim(0, 1)
+        mix.legend(loc="upper right", fontsize="small")
+        mix.set_title("mixture over the run")
+        names = [d.name for d in self.datasets]
+        reps.bar(names, [d.samples / max(1, d.size) for d in self.datasets])
+        reps.axhline(1, color="black", linewidth=0.8)
+        reps.set_ylabel("times each sample is read (mean)")
+        reps.set_title("repetition")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
+
+
+def plan_report(
+    ws: StaticMixtureWorkSource,
+    lanes: int = 1,
+    *,
+    samples: int | None = None,
+    get_price_per_1000: float = 0.0004,
+    egress_price_per_gib: float = 0.0,
+    buckets: int = 200,
+) -> PlanReport:
+    """Plan all ``lanes`` lanes of ``ws`` to the end (or to ``samples`` global positions,
+    which an endless curriculum needs) and add up the run. ``get_price_per_1000``: the
+    object store's price of 1,000 GET requests (S3 standard: 0.0004 USD);
+    ``egress_price_per_gib``: of a GiB out (0 within the cloud region).
+
+    Raises:
+        ConfigError: an endless curriculum without ``samples``, or bad arguments.
+    """
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+        raise ConfigError(f"report: lanes must be an int >= 1, got {lanes!r}")
+    if samples is not None and (
+        isinstance(samples, bool) or not isinstance(samples, int) or samples < 1
+    ):
+        raise ConfigError(f"report: samples must be an int >= 1 or None, got {samples!r}")
+    finite = ws.ends().length is not None
+    if not finite and samples is None:
+        raise ConfigError(
+            "report: this curriculum has no end (repeat, no stop_after_passes, no epoch_size "
+            "or budget ending it): say how far to plan with samples=N"
+        )
+    k = len(ws.names)
+    user = _user_phases(ws)
+    ratios = ws.tokens_per_byte
+    known = ratios is not None and all(r is not None for r in ratios)
+    plans = [
+        DatasetPlan(name, m.num_samples) for name, m in zip(ws.names, ws.manifests, strict=True)
+    ]
+    for p in plans:
+        p.per_phase = [0] * len(user)
+        p.tokens = 0.0 if known else None
+    requests = nbytes = 0
+    picks_at: list[np.ndarray] = []  # (global position, dataset) of every draw, for the shares
+    total = 0
+    for lane in range(lanes):
+        groups = ReadGroups(ws.coalesce_gap_bytes, ws.max_request_bytes)
+        limit = None if samples is None else max(0, math.ceil((samples - lane) / lanes))
+        if ws.mixture_unit == "tokens":
+            starts = [b / lanes for b in user]
+        else:
+            starts = [max(0, math.ceil((b - lane) / lanes)) for b in user]
+        spent = 0.0
+        for chunk in ws.chunks(lane, lanes):
+            pos = chunk.cursor.position
+            n = len(chunk) if limit is None else min(len(chunk), limit - pos)
+            if n <= 0:
+                break
+            ds, passes = chunk.datasets[:n], chunk.passes[:n]
+            positions = (pos + np.arange(n)) * lanes + lane
+            tokens = np.zeros(n)
+            if known:
+                assert ratios is not None
+                for d in np.unique(ds).tolist():
+                    mask = ds == d
+                    m = ws.manifests[d]
+                    tokens[mask] = (
+                        m.sample_nbytes(chunk.shards[:n][mask], chunk.samples[:n][mask]) * ratios[d]
+                    )  # type: ignore[operator]
+            if ws.mixture_unit == "tokens":
+                at = spent + np.concatenate(([0.0], np.cumsum(tokens)[:-1]))
+                spent += float(tokens.sum())
+                phase = np.searchsorted(np.array(starts), at, side="right") - 1
+            else:
+                phase = np.searchsorted(np.array(starts), pos + np.arange(n), side="right") - 1
+            for d in np.unique(ds).tolist():
+                mask = ds == d
+                plan = plans[d]
+                plan.samples += int(mask.sum())
+                if plan.tokens is not None:
+                    plan.tokens += float(tokens[mask].sum())
+                where = positions[mask]
+                plan.first = (
+                    int(where.min()) if plan.first is None else min(plan.first, int(where.min()))
+                )
+                plan.last = (
+                    int(where.max()) if plan.last is None else max(plan.last, int(where.max()))
+                )
+                for i, c in enumerate(np.bincount(phase[mask], minlength=len(user)).tolist()):
+                    plan.per_phase[i] += c
+                per_pass = np.bincount(passes[mask])
+                if len(per_pass) > len(plan.per_pass):
+                    plan.per_pass += [0] * (len(per_pass) - len(plan.per_pass))
+                for p, c in enumerate(per_pass.tolist()):
+                    plan.per_pass[p] += c
+            requests_ = chunk.requests
+            if n < len(chunk):  # the bound cuts the chunk: its reads up to the bound
+                requests_ = cut_requests(requests_, 0, n)
+            for request in requests_:  # the storage reads the fetch stage will make
+                for group in groups.add(request):
+                    reads, size = group_reads(group)
+                    requests += reads
+                    nbytes += size
+            picks_at.append(np.stack([positions, ds]))
+            total += n
+            if limit is not None and pos + n >= limit:
+                break
+        for group in groups.finish():
+            reads, size = group_reads(group)
+            requests += reads
+            nbytes += size
+    for plan in plans:
+        plan.passes = sum(1 for c in plan.per_pass if c)
+    shares: list[list[float]] = []
+    if picks_at:
+        both = np.concatenate(picks_at, axis=1)
+        width = max(1, math.ceil(total / buckets))
+        bucket = both[0] // width
+        grid = np.zeros((int(bucket.max()) + 1, k))
+        np.add.at(grid, (bucket, both[1]), 1)
+        shares = (grid / np.maximum(1, grid.sum(axis=1, keepdims=True))).tolist()
+    return PlanReport(
+        lanes,
+        total,
+        user,
+        ws.mixture_unit,
+        plans,
+        requests,
+        nbytes,
+        get_price_per_1000,
+        egress_price_per_gib,
+        shares,
+        finite and samples is None,
+    )
+
+
+def _user_phases(ws: StaticMixtureWorkSource) -> list[int]:
+    """The schedule's phases as the user wrote them (a linear ramp's steps folded in)."""
+    from zephon.plan.schedule import MixtureSchedule
+
+    if isinstance(ws.mixture, MixtureSchedule):
+        return [start for start, _ in ws.mixture.phases]
+    return [0]
