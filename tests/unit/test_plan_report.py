@@ -128,7 +128,10 @@ def test_zephon_plan_from_a_config_file(tmp_path: Path, capsys: pytest.CaptureFi
             [
                 *(f'[[datasets]]\nname = "{n}"\npath = "{tmp_path / n}"\n' for n in SIZES),
                 "[schedule]",
-                "phases = [{ position = 0, weights = { web = 1, code = 1 } }, { position = 200, weights = { web = 1, math = 2 } }]",
+                "phases = [",
+                "  { position = 0, weights = { web = 1, code = 1 } },",
+                "  { position = 200, weights = { web = 1, math = 2 } },",
+                "]",
                 "[source]",
                 "stop_after_passes = 1",
                 "chunk_size = 8",
