@@ -247,7 +247,7 @@ class Dataset:
         """Discover the dataset at ``path`` (see :meth:`from_path`) from async code."""
         if where is not None:
             check_where(where)
-        args = {
+        args: dict[str, Any] = {
             "format": format,
             "storage_options": storage_options,
             "allow_pickle": allow_pickle,
@@ -257,7 +257,10 @@ class Dataset:
             "cache_dir": cache_dir,
             "cache_limit_bytes": cache_limit_bytes,
         }
-        scan = {"keep_scan_bytes": keep_scan_bytes, "keep_scan_disk_bytes": keep_scan_disk_bytes}
+        scan: dict[str, Any] = {
+            "keep_scan_bytes": keep_scan_bytes,
+            "keep_scan_disk_bytes": keep_scan_disk_bytes,
+        }
         ds = await cls._adiscover(name, path, columns=columns, **args, **scan)
         if exclude is None and where is None:
             return ds

@@ -160,7 +160,8 @@ class SplitPart:
 
     def _member(self, g: np.ndarray) -> np.ndarray:
         image = permute(g, self._n, self._key) if self._n > 1 else np.zeros(len(g), np.int64)
-        return (image >= self.lo) & (image < self.hi)  # type: ignore[no-any-return]
+        inside: np.ndarray = (image >= self.lo) & (image < self.hi)
+        return inside
 
     def _of(self, shard: int) -> np.ndarray:
         found = self._members.get(shard)

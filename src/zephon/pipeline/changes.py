@@ -64,7 +64,9 @@ def _as_checkpointed(op: Operator, settings: Any) -> Operator | None:
         return None  # not settings this operator takes
 
 
-def adapted(spec: PipelineSpec, changes: dict[int, Operator], ops: tuple[Any, ...]) -> tuple:
+def adapted(
+    spec: PipelineSpec, changes: dict[int, Operator], ops: tuple[Any, ...]
+) -> tuple[Any, ...]:
     """A lane's operator states from a checkpoint, in the terms of this pipeline's settings."""
     if not changes:
         return ops

@@ -46,6 +46,7 @@ def encode(lane: int, entry: dict[str, Any]) -> list[Any] | dict[str, Any]:
     if "residues" in entry or not (cursor is None or _plain(cursor, lane)):
         return entry
     ops = [_pack_state(x) for x in entry["ops"]]
+    base: dict[str, Any]
     if cursor is None:  # the lane's start: the high water, if any, counts from chunk 0
         base = {"chunk": 0, "counts": None}
         out = [items, ended, None, entry["delivered"], [], ops]

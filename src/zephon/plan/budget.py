@@ -128,9 +128,13 @@ def fluid_ends(
             int(drawn[d]) if left[d] else None for d in range(k)
         ]  # unbounded but for the datasets that left
         return Ends(counts, [left[d] for d in range(k)], None)
-    fixed = [left[d] or (end_at[d] is not None and drawn[d] >= end_at[d]) for d in range(k)]
+    fixed = [left[d] or _reached(drawn[d], end_at[d]) for d in range(k)]
     out = _apportion(drawn, fixed, round(t))
     return Ends(list(out), [left[d] for d in range(k)], sum(out))
+
+
+def _reached(drawn: Fraction, limit: int | None) -> bool:
+    return limit is not None and drawn >= limit
 
 
 def _phase_at(phases: Sequence[Phase], position: Fraction) -> int:

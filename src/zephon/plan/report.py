@@ -176,9 +176,9 @@ def plan_report(
     plans = [
         DatasetPlan(name, m.num_samples) for name, m in zip(ws.names, ws.manifests, strict=True)
     ]
-    for p in plans:
-        p.per_phase = [0] * len(user)
-        p.tokens = 0.0 if known else None
+    for entry in plans:
+        entry.per_phase = [0] * len(user)
+        entry.tokens = 0.0 if known else None
     requests = nbytes = 0
     picks_at: list[np.ndarray] = []  # (global position, dataset) of every draw, for the shares
     total = 0
@@ -205,7 +205,7 @@ def plan_report(
                     m = ws.manifests[d]
                     tokens[mask] = (
                         m.sample_nbytes(chunk.shards[:n][mask], chunk.samples[:n][mask]) * ratios[d]
-                    )  # type: ignore[operator]
+                    )
             if ws.mixture_unit == "tokens":
                 at = spent + np.concatenate(([0.0], np.cumsum(tokens)[:-1]))
                 spent += float(tokens.sum())
