@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -319,3 +320,158 @@ def test_a_token_schedule_changes_phase_at_its_token_position(lanes: int) -> Non
         code = sum(t for d, t in after if d == 1)
         assert abs(web - code) <= 100  # token shares of the second phase, within a sequence
     assert abs(total - boundary) <= lanes * 100
+
+
+def selected(m: Manifest, kind: str, seed: int) -> Manifest:
+    """``m`` with a selection of its samples: a range or a split part."""
+    from zephon.dataset.selection import Everything, Range, SplitPart
+
+    base = Everything(m.shard_samples)
+    n = m.num_samples
+    sel: Any = (
+        Range(base, n // 5, n - n // 7)
+        if kind == "range"
+        else SplitPart(base, seed, "a", 0, max(1, n * 2 // 3))
+    )
+    return Manifest(
+        m.name,
+        f"{m.fingerprint}-{kind}",
+        sel.counts.copy(),
+        m.uris,
+        m.versions,
+        m.layouts,
+        sel,
+        m.shard_samples,
+    )
+
+
+def plan_prefix(ws: StaticMixtureWorkSource) -> Counter[tuple[int, int, int]]:
+    """The plan: each dataset's first ``c_d`` draws of its multi-pass order, as samples."""
+    out: Counter[tuple[int, int, int]] = Counter()
+    for d, (m, c) in enumerate(zip(ws.manifests, ws.end_counts() or [], strict=True)):
+        n = m.num_samples
+        for p in range(-(-(c or 0) // n)):
+            ranks = np.arange(min(n, c - p * n), dtype=np.int64)
+            shards, positions = ws.orders[d].locate(ws.exhaustion.pass_key(d, p), ranks)
+            samples = m.kept(shards, positions)
+            out.update(zip([d] * len(ranks), shards.tolist(), samples.tolist(), strict=True))
+    return out
+
+
+def flat(chunks: list[Any]) -> list[tuple[int, int]]:
+    return [p for c in chunks for p in zip(c.datasets.tolist(), c.samples.tolist(), strict=True)]
+
+
+def streams_of(
+    ws: StaticMixtureWorkSource, lanes: int, history: list[dict] | None = None
+) -> list[list[tuple[int, int, int]]]:
+    out = []
+    for lane in range(lanes):
+        s: list[tuple[int, int, int]] = []
+        for c in ws.chunks(lane, lanes, history=history or []):
+            s += list(zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(), strict=True))
+        out.append(s)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.data(),
+    datasets(max_datasets=3, max_samples=400),
+    shuffles,
+    st.sampled_from(["none", "max_samples", "epoch", "drop"]),
+    st.sampled_from(["none", "range", "split"]),
+    st.integers(1, 6),
+    st.integers(1, 6),
+)
+def test_schedules_budgets_and_selections_resume_and_relane_at_any_cut(
+    data: st.DataObject,
+    ms: list[Manifest],
+    shuffle: str,
+    budget: str,
+    selection: str,
+    lanes: int,
+    lanes2: int,
+) -> None:
+    """Schedules x budgets x selections x lanes x shuffles: every lane resumes from any of
+    its chunks exactly, and a cut at random positions (phase boundaries included) re-laned
+    into another lane count draws exactly the plan, each lane a fair share of the rest."""
+    ms = [
+        selected(m, selection, d) if d == 0 and selection != "none" else m for d, m in enumerate(ms)
+    ]
+    if any(m.num_samples == 0 for m in ms):
+        return
+    k = len(ms)
+    total = sum(m.num_samples for m in ms)
+    phases = data.draw(schedules(k, 2 * total))
+    kwargs: dict[str, Any] = {}
+    if budget == "max_samples":
+        kwargs["max_samples"] = {ms[-1].name: data.draw(st.integers(1, 2 * ms[-1].num_samples))}
+    elif budget == "epoch":
+        kwargs["epoch_size"] = data.draw(st.integers(1, 2 * total))
+    elif budget == "drop":
+        kwargs["exhausted_policy"] = "drop"
+    ws = StaticMixtureWorkSource(
+        ms, MixtureSchedule(phases), shuffle=shuffle, chunk_size=16, seed=5, **kwargs
+    )
+    streams = streams_of(ws, lanes)
+    plan = plan_prefix(ws)
+    assert Counter(p for s in streams for p in s) == plan
+    # resume from a chunk's cursor: the same rest
+    lane = data.draw(st.integers(0, lanes - 1))
+    chunks = list(ws.chunks(lane, lanes))
+    if chunks:
+        j = data.draw(st.integers(0, len(chunks) - 1))
+        again = list(ws.chunks(lane, lanes, start=chunks[j].cursor))
+        assert flat(again) == flat(chunks[j:])
+    # cut every lane at a random position (boundaries drawn on purpose), re-lane, finish
+    starts = {math.ceil((b - lane) / lanes) for b, _ in phases for lane in range(lanes)}
+    cuts = []
+    for s in streams:
+        options = st.sampled_from(sorted({min(len(s), max(0, x)) for x in starts} | {0, len(s)}))
+        cuts.append(data.draw(st.one_of(st.integers(0, len(s)), options)))
+    head = [p for s, c in zip(streams, cuts, strict=True) for p in s[:c]]
+    drawn = [
+        [sum(1 for p in s[:c] if p[0] == d) for d in range(k)]
+        for s, c in zip(streams, cuts, strict=True)
+    ]
+    history = ws.relane(lanes, [], drawn, lanes2)
+    rest = streams_of(ws, lanes2, history)
+    assert Counter(head) + Counter(p for s in rest for p in s) == plan
+    for d in range(k):
+        shares = [sum(1 for p in s if p[0] == d) for s in rest]
+        assert max(shares) - min(shares) <= 1
+
+
+def test_max_tokens_caps_a_dataset_at_its_mean_tokens_per_sample() -> None:
+    ms = [Manifest.uniform("web", 10, 100, 400), Manifest.uniform("code", 10, 100, 200)]
+    ws = StaticMixtureWorkSource(
+        ms, max_tokens={"code": 5_000}, tokens_per_byte=0.25, chunk_size=16
+    )
+    assert ws.mixture_unit == "samples"
+    # code: 200 bytes x 0.25 = 50 tokens a sample -> 100 samples
+    assert ws.end_counts() == [1000, 100]
+    got = Counter(p[0] for lane in range(3) for p in lane_stream(ws, lane, 3))
+    assert got == {0: 1000, 1: 100}
+    with pytest.raises(ConfigError, match="max_tokens needs tokens_per_byte"):
+        StaticMixtureWorkSource(ms, max_tokens={"code": 5_000}).end_counts()
+
+
+def test_a_linear_schedule_ramps_the_weights_between_phases() -> None:
+    ms = [Manifest.uniform("a", 40, 100), Manifest.uniform("b", 40, 100)]
+    schedule = MixtureSchedule([(0, {"a": 1}), (1000, {"b": 1})], interpolate="linear")
+    ws = StaticMixtureWorkSource(ms, schedule, stop_after_passes=None, chunk_size=16)
+    picks = np.array([p[0] for p in lane_stream_limited(ws, 1200)])
+    share_b = [float((picks[i : i + 100] == 1).mean()) for i in range(0, 1000, 100)]
+    assert share_b == sorted(share_b) and share_b[0] < 0.1 and share_b[-1] > 0.9
+    assert abs(float((picks[:1000] == 1).mean()) - 0.5) < 0.01  # the ramp's mean
+    assert (picks[1000:] == 1).all()
+
+
+def lane_stream_limited(ws: StaticMixtureWorkSource, limit: int) -> list[tuple[int, int, int]]:
+    out: list[tuple[int, int, int]] = []
+    for c in ws.chunks(0, 1):
+        out += list(zip(c.datasets.tolist(), c.shards.tolist(), c.samples.tolist(), strict=True))
+        if len(out) >= limit:
+            return out[:limit]
+    return out
