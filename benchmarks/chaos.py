@@ -2,7 +2,8 @@
 
 Each trial draws a configuration from ``(seed, trial)``: 1-6 JSONL datasets on local disk
 (tiny ones of 1-50 samples, uneven ones, shards of 1-64 samples), a mixture (proportional or
-random weights, ``repeat`` or ``stop``, 1-2 passes), a shuffle mode, and a chain: samples
+random weights, or a schedule of 2-3 phases; ``repeat``, ``stop`` or ``drop``, 1-2 passes, a
+budget or an epoch size), a shuffle mode, and a chain: samples
 (optionally ``tokenize``, a ``shuffle`` step, ``batch``) or documents (optionally a
 ``shuffle``, ``pack`` with a random length and algorithm, optionally ``batch``). It then runs
 the consumer in a child process for every segment: all ranks of a random world size (1-8),
@@ -95,10 +96,29 @@ def draw(seed: int, trial: int) -> dict[str, Any]:
         segment["every"] = rng.choice([1, 2, 3, 5])
         segment["kill"] = round(rng.uniform(0.02, 0.8), 3)  # of the steps it has left
         segments.append(segment)
+    # drawn last, so the fields above are what they were before schedules and budgets
+    names = [f"d{d}" for d in range(len(sizes))]
+    schedule = None
+    if len(sizes) > 1 and rng.random() < 0.3:
+        starts = sorted(rng.sample(range(1, 2 * sum(sizes)), rng.randint(1, 2)))
+        schedule = [[0, {n: rng.randint(1, 4) for n in names}]]
+        for start in starts:
+            chosen = rng.sample(names, rng.randint(1, len(names)))
+            schedule.append([start, {n: rng.randint(1, 4) for n in chosen}])
+    budget = rng.choice([None, None, None, "max_samples", "epoch", "drop"])
+    budgets: dict[str, Any] = {}
+    if budget == "max_samples":
+        budgets["max_samples"] = {names[-1]: rng.randint(1, 2 * sizes[-1])}
+    elif budget == "epoch":
+        budgets["epoch_size"] = rng.randint(1, 2 * sum(sizes))
+    elif budget == "drop":
+        budgets["exhausted_policy"] = "drop"
     return {
         "seed": seed,
         "trial": trial,
         "sizes": sizes,
+        "schedule": schedule,
+        "budgets": budgets,
         "per_shard": rng.choice([1, 7, 16, 64]),
         "mixture": mixture,
         "policy": rng.choice(["repeat", "stop"]),
@@ -130,23 +150,27 @@ def write_data(config: dict[str, Any], root: Path) -> None:
 
 def build(config: dict[str, Any], root: Path, segment: dict[str, Any], rank: int) -> Any:
     """The pipeline of ``rank`` in ``segment``."""
-    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+    from zephon import Dataset, MixtureSchedule, Pipeline, StaticMixtureWorkSource
 
     datasets = [
         Dataset.from_path(f"d{d}", str(root / f"d{d}"), format="jsonl")
         for d in range(len(config["sizes"]))
     ]
-    mixture = None
+    mixture: Any = None
     if config["mixture"]:
         mixture = {f"d{d}": w for d, w in enumerate(config["mixture"])}
+    if config.get("schedule"):
+        mixture = MixtureSchedule([(start, weights) for start, weights in config["schedule"]])
+    budgets = dict(config.get("budgets") or {})
     source = StaticMixtureWorkSource(
         datasets,
         mixture,
         seed=config["seed"] + config["trial"],
         shuffle=config["shuffle_mode"],
         chunk_size=config["chunk"],
-        exhausted_policy=config["policy"],
+        exhausted_policy=budgets.pop("exhausted_policy", config["policy"]),
         stop_after_passes=config["passes"],
+        **budgets,
     )
     pipe = Pipeline(
         source,
