@@ -97,3 +97,16 @@ async def test_a_lance_dataset_on_s3(s3_endpoint: S3Endpoint, s3_bucket: str) ->
         )
     ]
     assert sorted(got) == list(range(ROWS))
+
+
+def test_where_selects_rows_of_a_lance_dataset_from_a_projected_read(tmp_path: Path) -> None:
+    import pyarrow.compute as pc
+
+    write(str(tmp_path / "t.lance"))
+    ds = Dataset.from_path(
+        "t", str(tmp_path / "t.lance"), where=pc.field("score") >= 45.0, index_cache=False
+    )
+    assert ds.num_samples == ROWS - 450
+    assert sorted(ids(Pipeline(StaticMixtureWorkSource([ds], shuffle="global")))) == list(
+        range(450, ROWS)
+    )
