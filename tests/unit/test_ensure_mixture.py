@@ -134,3 +134,13 @@ def test_one_tokens_per_byte_ratio_for_every_dataset() -> None:
         source("0.25")
     with pytest.raises(ConfigError, match="positive"):
         source(0)
+
+
+def test_ensure_mixture_refuses_a_mixture_schedule() -> None:
+    from zephon import ConfigError, Dataset, MixtureSchedule, Pipeline, StaticMixtureWorkSource
+
+    a = Dataset.from_records("a", [{"i": i} for i in range(10)])
+    b = Dataset.from_records("b", [{"i": i} for i in range(10)])
+    ws = StaticMixtureWorkSource([a, b], MixtureSchedule([(0, {"a": 1, "b": 1}), (5, {"a": 1})]))
+    with pytest.raises(ConfigError, match="mixture schedule"):
+        Pipeline(ws).ensure_mixture()

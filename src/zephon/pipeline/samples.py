@@ -78,6 +78,11 @@ class SampleSteps:
         (of ``field``), holding at most ``buffer_size`` items per lane; past that the surplus
         is emitted (``"emit"``) or dropped and counted in ``stats()`` (``"drop"``). Exact on
         resume; see :mod:`zephon.ops.mixture`."""
+        if len(getattr(self.spec.source, "phases", ())) > 1:
+            raise ConfigError(
+                "ensure_mixture keeps one set of weights; the work source has a mixture "
+                "schedule (filter before mixing instead, or use one phase)"
+            )
         weights = tuple(float(w) for w in self.spec.source.weights)
         op = EnsureMixture(weights, weight_by, field, buffer_size, on_surplus)
         self._check_before_batch("ensure_mixture")
