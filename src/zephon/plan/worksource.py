@@ -360,6 +360,11 @@ class StaticMixtureWorkSource:
             spent = sum(cursor.tokens or ()) + delivered * max(self.tokens_per_sample())
             last = origin + spent * lanes if drawn else -1
         if last >= at:
+            if len(old) == 1 and len(self.phases) == 1:
+                raise StateMismatch(
+                    "checkpoint does not match this work source: weights: checkpoint has "
+                    f"{theirs.get('weights')!r}, this source has {self.describe()['weights']!r}"
+                )
             named = self._phase_named(at)
             raise StateMismatch(
                 f"the mixture schedule differs from the checkpoint's from {named} on (global "
