@@ -106,6 +106,22 @@ def test_an_endless_run_is_planned_to_a_bound() -> None:
     assert {d.name: d.samples for d in report.datasets} == {n: delivered[n] for n in SIZES}
 
 
+def test_tokens_per_dataset_and_phase() -> None:
+    ws = StaticMixtureWorkSource(
+        datasets(),
+        SCHEDULE,
+        chunk_size=8,
+        tokens_per_byte=0.5,
+        mixture_unit="samples",
+        max_tokens={"math": 10**9},
+    )
+    report = ws.report(2)
+    for d in report.datasets:
+        assert d.tokens is not None and d.per_phase_tokens is not None
+        assert sum(d.per_phase_tokens) == pytest.approx(d.tokens)
+        assert (d.tokens > 0) == (d.samples > 0)
+
+
 def test_the_cost_and_the_plot(tmp_path: Path) -> None:
     ws = StaticMixtureWorkSource(datasets(), SCHEDULE, chunk_size=8)
     report = ws.report(2, get_price_per_1000=1.0, egress_price_per_gib=2**30 / 1e6)

@@ -37,6 +37,7 @@ class DatasetPlan:
     first: int | None = None  # global position of its first draw
     last: int | None = None  # ... and of its last
     per_phase: list[int] = field(default_factory=list)  # samples in each phase
+    per_phase_tokens: list[float] | None = None  # estimated tokens in each phase
     per_pass: list[int] = field(default_factory=list)  # samples drawn in each pass
 
     @property
@@ -179,6 +180,7 @@ def plan_report(
     for entry in plans:
         entry.per_phase = [0] * len(user)
         entry.tokens = 0.0 if known else None
+        entry.per_phase_tokens = [0.0] * len(user) if known else None
     requests = nbytes = 0
     picks_at: list[np.ndarray] = []  # (global position, dataset) of every draw, for the shares
     total = 0
@@ -227,6 +229,10 @@ def plan_report(
                 )
                 for i, c in enumerate(np.bincount(phase[mask], minlength=len(user)).tolist()):
                     plan.per_phase[i] += c
+                if plan.per_phase_tokens is not None:
+                    weights = np.bincount(phase[mask], tokens[mask], minlength=len(user))
+                    for i, t in enumerate(weights.tolist()):
+                        plan.per_phase_tokens[i] += t
                 per_pass = np.bincount(passes[mask])
                 if len(per_pass) > len(plan.per_pass):
                     plan.per_pass += [0] * (len(per_pass) - len(plan.per_pass))
