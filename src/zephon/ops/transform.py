@@ -143,7 +143,7 @@ def tokenize_batch(tok: Any, items: list[Any], refs: Provenance) -> list[Any]:
             if at is not None
             else f"in a block starting at {_describe(ref_at(refs, 0))}"
         )
-        exc.add_note(f"zephon: tokenize failed {where}")
+        exc.add_note(f"zephon: {getattr(tok, 'step', 'tokenize')} failed {where}")
         raise
 
 

@@ -25,6 +25,7 @@ from zephon.ops.operator import Operator
 from zephon.pipeline import state
 from zephon.pipeline.bridge import SyncBridge, aiterate, consuming
 from zephon.pipeline.images import ImageSteps
+from zephon.pipeline.notes import named
 from zephon.pipeline.placement import placement
 from zephon.pipeline.process import ProcessEngine
 from zephon.pipeline.progress import ProgressBar
@@ -293,6 +294,9 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
                     block = await run.output.receive()
                 except StopAsyncIteration:  # every lane is over (see _all_received)
                     break
+                except Exception as exc:
+                    named(exc, self.spec.source.datasets)
+                    raise
                 run.stall_s += time.perf_counter() - started
                 run.delivered += len(block.items)
                 if bar is not None:

@@ -3,14 +3,15 @@ apply, shuffle, ensure_mixture and batch, each constructing its operator (:mod:`
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import inspect
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
 from zephon.choices import OnSurplus, WeightBy
 from zephon.errors import ConfigError
 from zephon.ops.batch import Batch
 from zephon.ops.group import BatchPerDataset
-from zephon.ops.itemops import Filter, Map
+from zephon.ops.itemops import BatchedMap, ColumnBatches, Filter, Map
 from zephon.ops.mixture import EnsureMixture
 from zephon.ops.operator import Operator
 from zephon.ops.shuffle import Shuffle
@@ -34,13 +35,41 @@ class SampleSteps:
         if any(op.batches for op in self.spec.steps):
             raise ConfigError(f"{what} after batch() is not supported; put it before batch()")
 
-    def map(self, fn: Callable[[Any], Any], processes: int = 0, executor: Any = None) -> Self:
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        processes: int = 0,
+        executor: Any = None,
+        *,
+        batched: bool = False,
+        batch_size: int | None = None,
+        remove_columns: str | Sequence[str] | None = None,
+    ) -> Self:
         """``fn(sample) -> sample | None`` (sync or async; ``None`` drops the sample). With
         ``processes=N`` (or ``executor=Local(N)``) it runs in the pipeline's worker pool, a
         block at a time, same output (a lambda, a closure or a notebook's function travels by
-        value). ``executor=Ray(...)`` runs it on Ray actors (:mod:`zephon.executors`)."""
+        value). ``executor=Ray(...)`` runs it on Ray actors (:mod:`zephon.executors`).
+
+        ``batched=True`` follows Hugging Face ``datasets``: ``fn`` takes a batch as a dict of
+        lists and returns a dict of lists as long as the batch; the returned columns are
+        merged into the rows, after ``remove_columns`` are dropped. ``batch_size``: rows per
+        call (default: a block's). A batched map gives one row per row: to drop or split
+        rows use :meth:`filter` or :meth:`apply`."""
+        if not batched:
+            if remove_columns is not None or batch_size is not None:
+                raise ConfigError("map: remove_columns and batch_size apply with batched=True")
+            inflight, remote, fn = placed(processes, executor, fn, "function")
+            return self._with(Map(fn, inflight, remote))
+        removed = (remove_columns,) if isinstance(remove_columns, str) else remove_columns
+        if removed is not None and not all(isinstance(c, str) for c in removed):
+            raise ConfigError(f"map: remove_columns must be column names, got {remove_columns!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
+            raise ConfigError(f"map: batch_size must be an int >= 1, got {batch_size!r}")
+        if inspect.iscoroutinefunction(fn):
+            raise ConfigError("map(batched=True) takes a plain function, not a coroutine")
         inflight, remote, fn = placed(processes, executor, fn, "function")
-        return self._with(Map(fn, inflight, remote))
+        columns = ColumnBatches(fn, tuple(removed or ()), batch_size)
+        return self._with(BatchedMap(columns, inflight, remote))
 
     def filter(self, pred: Callable[[Any], Any], processes: int = 0, executor: Any = None) -> Self:
         """Keep samples for which ``pred(sample)`` is true (sync or async); placed like map."""
