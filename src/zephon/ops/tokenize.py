@@ -8,7 +8,7 @@ a ``transformers`` tokenizer, a ``tiktoken`` encoding, or ``"bytes"`` (UTF-8 byt
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -53,8 +53,8 @@ class Tokenize:
         tokenizer: Any,
         field: str = "text",
         max_length: int | None = None,
-        bos: bool | int = True,
-        eos: bool | int = True,
+        bos: bool | int | Literal["auto"] = "auto",
+        eos: bool | int | Literal["auto"] = "auto",
         pad_to: int | None = None,
         pad_id: int = 0,
         attention_mask: bool = False,
@@ -107,10 +107,20 @@ class Tokenize:
         )
 
     def _special(
-        self, value: bool | int, names: tuple[str, ...], byte_id: int, what: str
+        self, value: bool | int | str, names: tuple[str, ...], byte_id: int, what: str
     ) -> int | None:
+        """The id of the ``bos``/``eos`` token: ``"auto"`` (the default) takes the
+        tokenizer's own if it has one (a GPT-2 style tokenizer has only an end-of-text token:
+        no BOS then), ``True`` requires one, an int is the id itself."""
         if value is False:
             return None
+        if value == "auto" and isinstance(value, str):
+            try:
+                return self._special(True, names, byte_id, what)
+            except ConfigError:
+                return None
+        if isinstance(value, str) or not isinstance(value, bool | int):
+            raise ConfigError(f"{what} must be 'auto', True, False or a token id, got {value!r}")
         if not isinstance(value, bool):
             return int(value)
         if self.kind == "bytes":
@@ -219,8 +229,8 @@ def tokenize_ops(
     tokenizer: Any,
     field: str,
     max_length: int | None,
-    bos: bool | int,
-    eos: bool | int,
+    bos: bool | int | Literal["auto"],
+    eos: bool | int | Literal["auto"],
     special_tokens: str | None,
     split_long_samples: bool,
     padding: bool | str,

@@ -3,7 +3,7 @@ tokenize_chat, pack and to_training (a mixin, so the builder stays about the pip
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from zephon.choices import LossOn, PackAlgorithm, Padding, PositionIds, SpecialTokens
 from zephon.ops.itemops import Map, Tokenize
@@ -29,8 +29,8 @@ class TextSteps:
         tokenizer: Any,
         field: str = "text",
         max_length: int | None = None,
-        bos: bool | int = True,
-        eos: bool | int = True,
+        bos: bool | int | Literal["auto"] = "auto",
+        eos: bool | int | Literal["auto"] = "auto",
         processes: int = 0,
         *,
         special_tokens: SpecialTokens | None = None,
@@ -43,8 +43,11 @@ class TextSteps:
         """Add ``input_ids`` (int32) from ``sample[field]``, batch-encoding each block; see
         :class:`~zephon.ops.tokenize.Tokenize` for the accepted tokenizers.
 
-        ``special_tokens``: ``"bos_eos"``, ``"bos"``, ``"eos"`` or ``"none"`` (instead of
-        ``bos``/``eos``). ``split_long_samples=True``: a document longer than ``max_length``
+        ``bos``/``eos``: ``"auto"`` (default) adds the tokenizer's own begin/end token where
+        it has one (a GPT-2 style tokenizer: only the end of text), ``True`` requires it,
+        ``False`` leaves it out, an int is the id to add. ``special_tokens``: ``"bos_eos"``,
+        ``"bos"``, ``"eos"`` or ``"none"`` (instead of ``bos``/``eos``).
+        ``split_long_samples=True``: a document longer than ``max_length``
         becomes several samples of at most ``max_length`` ids (``piece`` 0, 1, ...; each
         resumes exactly) instead of being truncated. ``padding="max_length"`` (or ``True``)
         pads to ``max_length`` with ``pad_id``; ``attention_mask=True`` adds the 1/0 mask.
