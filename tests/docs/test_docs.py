@@ -153,6 +153,14 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    # the API reference lists every public method, those of the Pipeline's mixins included
+    import zephon
+
+    page = (tmp_path / "site" / "reference" / "index.html").read_text()
+    for cls in (zephon.Pipeline, zephon.Dataset, zephon.StaticMixtureWorkSource):
+        public = [n for n in dir(cls) if not n.startswith("_")]
+        missing = [n for n in public if f"zephon.{cls.__name__}.{n}" not in page]
+        assert missing == [], f"{cls.__name__}: {missing}"
 
 
 def test_troubleshooting_explains_every_error() -> None:
