@@ -206,3 +206,12 @@ def test_position_ids_of_documents_split_across_rows(algorithm: str) -> None:
     assert [r["input_ids"].tolist() for r in continued] == [r["input_ids"].tolist() for r in rows]
     with pytest.raises(ConfigError, match="position_ids must be one of"):
         pipe.to_training(position_ids="absolute")  # type: ignore[arg-type]
+
+
+def test_a_training_batch_carries_position_ids_not_positions_too() -> None:
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    ds = Dataset.from_records("t", [{"text": "hello world " * 3} for _ in range(20)])
+    pipe = Pipeline(StaticMixtureWorkSource([ds])).tokenize("bytes").pack_sequences(16).batch(2)
+    batch = next(iter(pipe.to_training()))
+    assert "position_ids" in batch and "positions" not in batch

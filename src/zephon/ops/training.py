@@ -9,7 +9,8 @@ gives (also ``positions`` and ``segment_ids``, 0 on padding), one row or a batch
   ``loss_mask`` of the predicted token is 0. ``labels[t]`` is the target of position ``t``: the
   shift is done here, so a loss is ``cross_entropy(logits.flatten(0, 1), labels.flatten())``
   (Hugging Face models shift again inside; pass ``shift=False`` for them).
-- ``position_ids``: restarting at 0 in every document. A document that ``pack`` split across
+- ``position_ids``: restarting at 0 in every document (it replaces ``pack``'s ``positions``,
+  which a training batch does not carry too). A document that ``pack`` split across
   rows: with ``position_ids="row"`` (the default) its part in the next row restarts at 0
   too, so every id is below the row length (what a model with learned positions sized to the
   row needs); with ``"document"`` it continues where the previous row stopped (``positions``
@@ -99,6 +100,7 @@ class ToTraining:
         labels = self._labels(rows, seg, mask)
         cu, longest = _cu_seqlens(seg)
         out = dict(item)
+        out.pop("positions", None)  # pack's; position_ids replaces it (one name, not two)
         out[self.field] = rows.astype(self.dtype)
         out["labels"] = labels
         out["position_ids"] = pos.astype(self.dtype)
