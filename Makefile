@@ -4,6 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
 AZURITE := .npm-tools/node_modules/.bin/azurite-blob
 
 .PHONY: demo test chaos docs lint typecheck bench bench-peers fixtures azurite clean
@@ -16,7 +17,12 @@ $(STAMP): pyproject.toml setup.py src/zephon/_jpeg.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo installs only what it needs (the package and the local S3 server).
+$(DEMO_STAMP): pyproject.toml setup.py src/zephon/_jpeg.c | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/zephon demo
 
 # Azurite (Azure Blob emulator) for the Azure tests, from npm into .npm-tools/.
