@@ -326,7 +326,8 @@ def test_stats_explain_and_progress(
     assert st["fetch"]["requests"] > 0 and st["fetch"]["bytes"] > 0
     assert st["fetch"]["p50_latency_s"] is not None
     err = capsys.readouterr().err  # not a terminal: plain lines for a log, no redraws
-    assert "\r" not in err and err.startswith("zephon: 300 items in ")
+    assert "\r" not in err and err.startswith("zephon: 300 batches in ")
+    assert "batches/s, data read at " in err
 
 
 def _mixed(tmp_path: Path) -> list[Dataset]:

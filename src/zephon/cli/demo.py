@@ -99,14 +99,17 @@ def run_demo(*, shards: int, shard_mib: int, concurrency: int) -> int:
         elapsed = time.perf_counter() - started
         st = pipe.stats()
         fetch = st["fetch"]
+    reused = fetch.get("scan_reused_bytes", 0)
+    data = (fetch["bytes"] + reused) / 1e6
     print(
-        f"{samples} samples in {batches} batches in {elapsed:.2f}s: {samples / elapsed:,.0f} "
-        f"samples/s, {fetch['bytes'] / 1e6 / elapsed:.1f} MB/s; first batch after "
-        f"{first_batch_s or 0:.2f}s"
+        f"{samples:,} samples in {batches:,} batches of 256 in {elapsed:.2f}s: "
+        f"{samples / elapsed:,.0f} samples/s; first batch after {first_batch_s or 0:.2f}s"
     )
     print(
-        f"fetch: {fetch['requests']} range requests, {fetch['bytes'] / 1e6:.1f} MB, "
-        f"p50 {1e3 * (fetch['p50_latency_s'] or 0):.1f} ms, p99 "
+        f"data read: {data:,.1f} MB at {data / elapsed:,.1f} MB/s ({fetch['bytes'] / 1e6:,.1f} MB "
+        f"fetched in {fetch['requests']} range requests, {reused / 1e6:,.1f} MB served from what "
+        f"discovery's scan of the JSONL shards kept); fetch latency p50 "
+        f"{1e3 * (fetch['p50_latency_s'] or 0):.1f} ms, p99 "
         f"{1e3 * (fetch['p99_latency_s'] or 0):.1f} ms, {fetch['retries']} retries; "
         f"consumer stalled {st['consumer_stall_s']:.2f}s"
     )

@@ -281,11 +281,10 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
         run = Run(self.spec, self._resume, received)
         self._last = run
         self._runs.add(run)
-        bar = (
-            ProgressBar(time.perf_counter(), lambda: sum(s.stats.bytes_read for s in run.storages))
-            if progress
-            else None
-        )
+        bar = None
+        if progress:
+            unit = "batches" if any(op.batches for op in self.spec.steps) else "samples"
+            bar = ProgressBar(time.perf_counter(), run.data_bytes, unit=unit)
         await run.start()
         try:
             while True:

@@ -1,4 +1,5 @@
-"""The progress report of ``iter(progress=True)``: items, MB/s and items/s of a run.
+"""The progress report of ``iter(progress=True)``: batches (or samples), their rate and the
+MB/s of data read (fetched, or served from what discovery's scan kept) of a run.
 
 On a terminal it is a tqdm bar redrawn in place. Anywhere else (a log file, a cluster job's
 captured stderr) ``\\r`` redraws would pile up into one endless line, so it writes one plain
@@ -18,27 +19,33 @@ LOG_EVERY_S = 5.0  # seconds between lines when stderr is not a terminal
 
 
 class ProgressBar:
-    """Advanced by delivered items; ``bytes_read()`` gives the run's fetched bytes for the
-    MB/s figure, refreshed at most twice a second (on a terminal)."""
+    """Advanced by delivered items (``unit``: ``"batches"`` or ``"samples"``);
+    ``bytes_read()`` gives the run's bytes of data read for the MB/s figure, refreshed at most
+    twice a second (on a terminal)."""
 
     def __init__(
-        self, started: float, bytes_read: Callable[[], int], stream: TextIO | None = None
+        self,
+        started: float,
+        bytes_read: Callable[[], int],
+        stream: TextIO | None = None,
+        unit: str = "items",
     ) -> None:
         self.started = started
         self.bytes_read = bytes_read
         self.stream = stream if stream is not None else sys.stderr
+        self.unit = unit
         self.items = 0
         self.last = time.perf_counter()
         self.bar: Any = None
         if self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(unit=" items", dynamic_ncols=True, desc="zephon", file=self.stream)
+            self.bar = tqdm(unit=f" {unit}", dynamic_ncols=True, desc="zephon", file=self.stream)
 
     def _rates(self, now: float) -> str:
         elapsed = max(1e-9, now - self.started)
         mb = self.bytes_read() / 1e6
-        return f"{mb / elapsed:.1f} MB/s, {self.items / elapsed:.0f} items/s"
+        return f"{self.items / elapsed:,.0f} {self.unit}/s, data read at {mb / elapsed:.1f} MB/s"
 
     def advance(self, n: int) -> None:
         self.items += n
@@ -55,7 +62,7 @@ class ProgressBar:
     def _line(self, now: float) -> None:
         elapsed = now - self.started
         print(
-            f"zephon: {self.items} items in {elapsed:.0f}s ({self._rates(now)})",
+            f"zephon: {self.items:,} {self.unit} in {elapsed:.1f}s ({self._rates(now)})",
             file=self.stream,
             flush=True,
         )

@@ -163,6 +163,12 @@ class Run:
         for storage in res.storages:
             await storage.aclose()
 
+    def data_bytes(self) -> int:
+        """Bytes of data this run has read: fetched, or served from what discovery's scan
+        kept (a scanned JSONL dataset's first epoch fetches nothing more)."""
+        kept = sum(s.keep.served_bytes for s in self.storages if s.keep)
+        return sum(s.stats.bytes_read for s in self.storages) + kept
+
     def stats(self) -> dict[str, Any]:
         """Counters of this run: per stage, fetch, consumer, skipped samples."""
         elapsed = time.perf_counter() - self.started if self.started else 0.0
