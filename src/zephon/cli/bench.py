@@ -54,9 +54,12 @@ def run_bench(
     fetch = stats["fetch"]
     print(f"dataset      {path} ({ds.format}, {ds.num_samples:,} samples, {len(ds.shards)} shards)")
     print(f"discovery    {discovered:.2f} s; first sample after {first or 0.0:.2f} s")
+    passes = count / max(1, ds.num_samples)
+    again = f" (the dataset read {passes:.1f} times over: it repeats)" if passes > 1 else ""
+    data = fetch["bytes"] + fetch.get("scan_reused_bytes", 0)
     print(
-        f"throughput   {count / elapsed:,.0f} samples/s, "
-        f"{fetch['bytes'] / elapsed / 1e6:,.1f} MB/s fetched over {elapsed:.1f} s"
+        f"throughput   {count:,} samples in {elapsed:.1f} s{again}: {count / elapsed:,.0f} "
+        f"samples/s, data read at {data / elapsed / 1e6:,.1f} MB/s (discovery not counted)"
     )
     p50, p99 = fetch["p50_latency_s"], fetch["p99_latency_s"]
     if p50 is not None:
