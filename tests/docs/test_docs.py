@@ -6,10 +6,8 @@ error class is explained in Troubleshooting and every public name has a docstrin
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
-import json
 import os
 import re
 import subprocess
@@ -31,91 +29,15 @@ def blocks(page: Path) -> list[str]:
     return [b for b in BLOCK.findall(page.read_text()) if not b.startswith("# before")]
 
 
-def _image_tar(shard: int, n: int = 16) -> bytes:
-    import io
-    import tarfile
-
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(shard)
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for i in range(shard * n, (shard + 1) * n):
-            pixels = rng.integers(0, 255, (int(rng.integers(100, 300)), 240, 3), dtype=np.uint8)
-            jpeg = io.BytesIO()
-            Image.fromarray(pixels).save(jpeg, format="JPEG", quality=85)
-            for ext, data in (("jpg", jpeg.getvalue()), ("txt", f"photo {i}".encode())):
-                info = tarfile.TarInfo(f"{i:06d}.{ext}")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
-def _tar_members(tar: bytes, ext: str) -> list[tuple[str, bytes]]:
-    import io
-    import tarfile
-
-    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        return [
-            (m.name, t.extractfile(m).read())  # type: ignore[union-attr]
-            for m in t.getmembers()
-            if m.name.endswith(ext)
-        ]
-
-
 @pytest.fixture(scope="module")
 def workdir(s3_endpoint: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with ``tokenizer.json``, and ``s3://bucket/`` holding web (JSONL), code
-    (Parquet), mds, litdata and images (WebDataset tars of JPEGs) datasets."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    """A directory with ``tokenizer.json``, and ``s3://bucket/`` holding the examples' data
+    (see :mod:`zephon.testing.examples`): pages that call ``serve_examples()`` start their
+    own server with the same data, as a reader's script does."""
+    from zephon.testing.examples import fill_examples
 
     root = tmp_path_factory.mktemp("docs")
-    client = s3_endpoint.client()
-    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-        client.create_bucket(Bucket="bucket")  # an external MinIO may have it already
-    words = ["stream", "shard", "range", "token", "batch", "lane", "mixture", "the", "of"]
-    for s in range(3):
-        lines = [
-            json.dumps(
-                {
-                    "id": s * 1000 + i,
-                    "text": " ".join(words[(i + k) % 9] for k in range(8 + i % 30)),
-                }
-            )
-            for i in range(200)
-        ]
-        client.put_object(
-            Bucket="bucket", Key=f"web/part-{s}.jsonl", Body=("\n".join(lines) + "\n").encode()
-        )
-    for s in range(2):
-        table = pa.table(
-            {"text": [f"def f{i}(): return {i}" for i in range(150)], "lang": ["python"] * 150}
-        )
-        pq.write_table(table, root / "code.parquet", row_group_size=50)
-        client.put_object(
-            Bucket="bucket", Key=f"code/part-{s}.parquet", Body=(root / "code.parquet").read_bytes()
-        )
-    for name, prefix in (("mds", "mds"), ("litdata", "litdata")):
-        for f in (FIXTURES / name).iterdir():
-            if f.name != "reference.json":
-                client.put_object(Bucket="bucket", Key=f"{prefix}/{f.name}", Body=f.read_bytes())
-    for s in range(2):  # images: WebDataset tars of JPEGs (varied sizes) with captions
-        client.put_object(Bucket="bucket", Key=f"images/pairs-{s}.tar", Body=_image_tar(s))
-    rows = []  # captions: JSONL naming JPEGs stored as objects under photos/
-    for i, (name, data) in enumerate(_tar_members(_image_tar(2), "jpg")):
-        client.put_object(Bucket="bucket", Key=f"photos/{name}", Body=data)
-        rows.append(json.dumps({"caption": f"photo {i}", "image_key": name}))
-    client.put_object(
-        Bucket="bucket", Key="captions/part-0.jsonl", Body=("\n".join(rows) + "\n").encode()
-    )
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=100, special_tokens=["[UNK]", "<s>", "</s>"])
-    tok.train_from_iterator(words * 20, trainer)
-    tok.save(str(root / "tokenizer.json"))
+    fill_examples(s3_endpoint.client(), "bucket", root)
     return root
 
 
