@@ -11,6 +11,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "zephon"
 # Layer of each top-level part of the package; a module may import its own layer or lower.
 LAYERS = {
     "refs": 0, "errors": 0, "arrays": 0, "executors": 0, "context": 0, "choices": 0,
+    "permute": 0,
     "storage": 1, "formats": 1,
     "dataset": 2,
     "plan": 3, "engine": 3,

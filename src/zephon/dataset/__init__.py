@@ -7,6 +7,11 @@
 | ``core`` | The Dataset: a named, ordered collection of shards with known sample counts |
 | ``discover`` | Discovery: from a path to a :class:`~zephon.dataset.core.Dataset` |
 | ``locate`` | Where a dataset is: the objects a path names |
+| ``records`` | in-memory records as JSONL shards in the memory store (``from_records``) |
+| ``selecting`` | the Dataset's take, skip, split and exclude (a mixin) |
+| ``selection`` | take, skip, split and exclude: the samples of each shard a dataset keeps |
+| ``sync`` | discovery and reads from synchronous code, in a notebook too |
+| ``where`` | ``where=``: the rows a predicate keeps, found once at discovery and cached |
 | ``names`` | What object names say: the format an extension implies, shard order |
 | ``registry`` | the formats Zephon reads, in one table: extensions, index builders, codecs |
 """

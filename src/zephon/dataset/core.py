@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,17 +20,11 @@ from zephon.dataset.cache import (
     default_cache_dir,
 )
 from zephon.dataset.discover import Discovered, DiscoveryStats, discover, discover_lance
-from zephon.dataset.selection import (
-    Everything,
-    Excluded,
-    Range,
-    Selection,
-    SplitPart,
-    exclusions,
-    split_bounds,
-)
+from zephon.dataset.records import put_records
+from zephon.dataset.selecting import Selecting
+from zephon.dataset.selection import Selection
+from zephon.dataset.sync import run_sync
 from zephon.dataset.where import check as check_where
-from zephon.dataset.where import referenced, rejected_rows
 from zephon.errors import ConfigError, redact_uri
 from zephon.formats.blob import Blob
 from zephon.formats.index import (
@@ -62,23 +54,7 @@ AnyIndex = RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentInde
 _COALESCE_GAP_BYTES = 64 * 1024
 
 
-def _count_arg(name: str, n: object) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"{name}(n): n must be an int >= 0, got {n!r}")
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from synchronous code: with ``asyncio.run``, or, when this
-    thread already runs an event loop (Jupyter), on a helper thread with its own loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(1, thread_name_prefix="zephon-sync") as helper:
-        return helper.submit(asyncio.run, coro).result()
-
-
-class Dataset:
+class Dataset(Selecting):
     """A named collection of shards with known sample counts, found from metadata only.
 
     Build one with :meth:`from_path` (sync), :meth:`afrom_path` (from async code) or
@@ -134,67 +110,6 @@ class Dataset:
         if self.selection is not None:
             return int(self.selection.counts.sum())
         return sum(s.num_samples for s in self.shards)
-
-    # -- selecting samples from metadata ------------------------------------------------
-
-    def _all(self) -> Selection:
-        if self.selection is not None:
-            return self.selection
-        return Everything(np.array([s.num_samples for s in self.shards], dtype=np.int64))
-
-    def _selected(self, selection: Selection) -> Dataset:
-        out = copy.copy(self)
-        out.selection = selection
-        return out
-
-    def take(self, n: int) -> Dataset:
-        """The first ``n`` samples (in storage order), as a dataset of its own."""
-        _count_arg("take", n)
-        return self._selected(Range(self._all(), 0, n))
-
-    def skip(self, n: int) -> Dataset:
-        """All but the first ``n`` samples (in storage order)."""
-        _count_arg("skip", n)
-        return self._selected(Range(self._all(), n, self.num_samples))
-
-    def split(self, fractions: Mapping[str, float], *, seed: int = 0) -> dict[str, Dataset]:
-        """Deterministic parts, e.g. ``{"train": 0.99, "val": 0.01}``: disjoint, covering
-        the dataset when the fractions sum to 1, exact in size (largest remainders), and the
-        same whatever the lanes, ranks or shard layout (a sample's part depends on its
-        number in storage order and ``seed`` only). Finding each part's count reads no data:
-        one pass over the sample numbers.
-
-        Raises:
-            ConfigError: a fraction outside (0, 1], or fractions summing past 1.
-        """
-        bounds = split_bounds(fractions, self.num_samples)
-        base = self._all()
-        return {
-            p: self._selected(SplitPart(base, seed, p, lo, hi)) for p, (lo, hi) in bounds.items()
-        }
-
-    def exclude(self, items: Iterable[Any] | str) -> Dataset:
-        """The dataset without some samples (a dedup pass's output): sample numbers in
-        storage order, ``(shard, index)`` pairs (a shard by number, URI or path under the
-        root), or the path of a local file of them, one JSON value per line. Planning keeps
-        them in O(excluded) memory.
-
-        Raises:
-            ConfigError: a sample or shard that does not exist (naming it), or an exclusion
-                after take/skip/split (exclude first).
-        """
-        if self.selection is not None:
-            raise ConfigError(
-                f"dataset {self.name!r}: exclude before take, skip or split (samples are "
-                "named by their place in the whole dataset)"
-            )
-        counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
-        given = items if isinstance(items, str) else list(items)
-        gone = exclusions(self.name, given, [s.uri for s in self.shards], self.root, counts)
-        digest = hashlib.sha256(
-            b"".join(np.int64(s).tobytes() + v.tobytes() for s, v in sorted(gone.items()))
-        ).hexdigest()[:16]
-        return self._selected(Excluded(Everything(counts), gone, digest))
 
     def fingerprint(self) -> str:
         """A digest of name, format, columns and every shard's path under the root, sample
@@ -264,35 +179,19 @@ class Dataset:
         ds = await cls._adiscover(name, path, columns=columns, **args, **scan)
         if exclude is None and where is None:
             return ds
-        counts = np.array([s.num_samples for s in ds.shards], dtype=np.int64)
-        gone: dict[int, np.ndarray] = {}
-        if exclude is not None:
-            given = exclude if isinstance(exclude, str) else list(exclude)
-            gone = exclusions(name, given, [s.uri for s in ds.shards], ds.root, counts)
-        if where is not None:
-            first = await ds.ahead(1)
-            names = referenced(
-                where, list(first[0]) if first and isinstance(first[0], dict) else []
-            )
-            if not names:
-                raise ConfigError(f"dataset {name!r}: where {where} names none of its columns")
-            projected = ds
-            if ds.format in ("parquet", "lance"):  # read the predicate's columns alone
-                projected = await cls._adiscover(
-                    name, path, columns=names, **args, keep_scan_bytes=0, keep_scan_disk_bytes=0
-                )
-            root = (
-                None
-                if index_cache is False
-                else (default_cache_dir() if index_cache is True else Path(index_cache))
-            )
-            for shard, rows in (await rejected_rows(projected, where, root)).items():
-                gone[shard] = np.union1d(gone.get(shard, np.zeros(0, np.int64)), rows)
-        digest = hashlib.sha256(
-            f"{where}".encode()
-            + b"".join(np.int64(s).tobytes() + v.tobytes() for s, v in sorted(gone.items()))
-        ).hexdigest()[:16]
-        return ds._selected(Excluded(Everything(counts), gone, digest))
+
+        async def projected(columns: list[str]) -> Dataset:  # the predicate's columns alone
+            if ds.format not in ("parquet", "lance"):
+                return ds
+            scan: dict[str, Any] = {"keep_scan_bytes": 0, "keep_scan_disk_bytes": 0}
+            return await cls._adiscover(name, path, columns=columns, **args, **scan)
+
+        cache = (
+            None
+            if index_cache is False
+            else (default_cache_dir() if index_cache is True else Path(index_cache))
+        )
+        return await ds._aselected(exclude, where, projected, cache)
 
     @classmethod
     async def _adiscover(
@@ -441,28 +340,8 @@ class Dataset:
     ) -> Dataset:
         """A dataset of in-memory records (JSON-serialisable dicts), as JSONL shards in the
         process-local memory store. Raises ``ConfigError`` for non-serialisable records."""
-        if samples_per_shard < 1:
-            raise ConfigError(f"samples_per_shard must be >= 1, got {samples_per_shard}")
         store = store or MemoryStore.default()
-        shards: list[bytes] = []
-        lines: list[bytes] = []
-        i = 0
-        try:
-            for i, record in enumerate(records):  # noqa: B007  (i names the bad record)
-                lines.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
-                if len(lines) == samples_per_shard:
-                    shards.append(b"".join(lines))
-                    lines = []
-        except TypeError as exc:
-            raise ConfigError(f"record {i} of dataset {name!r} is not JSON: {exc}") from None
-        if lines or not shards:
-            shards.append(b"".join(lines))
-        # The root is a digest of the content: the same records give the same dataset in any
-        # process, so checkpoints of it restore there.
-        digest = hashlib.sha256(b"".join(hashlib.sha256(x).digest() for x in shards))
-        prefix = f"memory://zephon-records/{name}-{digest.hexdigest()[:12]}/"
-        for shard, data in enumerate(shards):
-            store.put(f"{prefix}shard-{shard:06d}.jsonl", data)
+        prefix = put_records(name, records, samples_per_shard, store)
         options = {"store": store} if store is not MemoryStore.default() else None
         return cls.from_path(name, prefix, format="jsonl", storage_options=options)
 

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.plan.permute import key_of, permute
+from zephon.permute import key_of, permute
 
 __all__ = ["Everything", "Excluded", "Range", "Selection", "SplitPart", "split_bounds"]
 

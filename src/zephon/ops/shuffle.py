@@ -31,7 +31,7 @@ from zephon.ops.block import Block
 from zephon.ops.marks import Mark, op_states, position_of
 from zephon.ops.operator import LaneContext, StreamOperator
 from zephon.ops.windows import check_state, first_parts, parse_state, windowed
-from zephon.plan.permute import key_of, permute
+from zephon.permute import key_of, permute
 
 __all__ = ["Shuffle", "replay_skips", "shuffle_blocks"]
 

@@ -9,10 +9,11 @@
 | ``handover`` | Handover: a checkpoint restored into another lane count |
 | ``images`` | the builder's image steps: decode_image, resize, crops, flip, to_tensor |
 | ``lanestate`` | A lane's checkpoint entry: written compactly, read back checked |
+| ``notes`` | Error notes in the user's terms: datasets by name, shards by URI |
 | ``placement`` | Where a CPU-heavy step runs: ``processes=N`` or ``executor=`` |
 | ``process`` | The child-process engine: the whole pipeline in a process of its own |
 | ``ranks`` | A pipeline's data-parallel coordinates, given or found (a device mesh) |
-| ``progress`` | The progress report of ``iter(progress=True)``: items, MB/s and items/s of a run |
+| ``progress`` | The progress report of ``iter(progress=True)``: batches/s and data read |
 | ``resources`` | What the stages of a run share (:class:`Resources`) |
 | ``run`` | One running instance of a pipeline: its resources, its task group, its counters |
 | ``samples`` | the builder's sample steps: map, filter, apply, shuffle, ensure_mixture, batch |

@@ -26,10 +26,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
+from zephon.plan.mixture import rational_weights
 from zephon.plan.schedule import Phase
 
-__all__ = ["Ends", "fluid_ends"]
+__all__ = ["Ends", "curriculum_ends", "fluid_ends"]
 
 _MAX_EVENTS = 1_000_000
 
@@ -55,7 +57,10 @@ def fluid_ends(
     epoch_size: int | None,
     tokens_per_sample: Sequence[float] | None = None,
 ) -> Ends:
-    """The end counts of a curriculum (see the module doc)."""
+    """The end counts of a curriculum (see the module doc). Long because the fluid is one
+    event loop: each pass takes the phase and the datasets still drawn, finds the next
+    event among all the kinds the module doc lists, advances to it and applies it; split up,
+    its state (draws, position, datasets that left) would travel through every piece."""
     k = len(sizes)
     tps = [Fraction(t).limit_denominator(1 << 20) for t in (tokens_per_sample or [1.0] * k)]
     leave: list[int | None] = list(caps)
@@ -159,3 +164,41 @@ def _apportion(drawn: Sequence[Fraction], fixed: Sequence[bool], length: int) ->
     for d in order[: max(0, rest)]:
         out[d] += 1
     return out
+
+
+def curriculum_ends(ws: Any) -> Ends:
+    """The end counts of work source ``ws``: for a static mixture without budgets, the
+    original rule (:meth:`zephon.plan.exhaustion.Exhaustion.end_counts`, unchanged so that
+    its checkpoints plan as before); otherwise the fluid (:func:`fluid_ends`), with
+    ``max_tokens`` converted to draws at each dataset's mean tokens per sample."""
+    sizes = [m.num_samples for m in ws.manifests]
+    k = len(sizes)
+    if not ws.renormalize:
+        weights = ws.weights
+        if ws.mixture_unit == "tokens":  # token shares -> expected sample shares
+            per_sample = ws.tokens_per_sample()
+            weights = rational_weights(
+                [w / max(t, 1e-12) for w, t in zip(weights, per_sample, strict=True)]
+            )
+        legacy = ws.exhaustion.end_counts(weights, sizes)
+        counts: list[int | None] = list(legacy) if legacy is not None else [None] * k
+        return Ends(counts, [False] * k, None if legacy is None else sum(legacy))
+    need_tokens = ws.mixture_unit == "tokens" or ws.max_tokens is not None
+    tps = ws.tokens_per_sample() if need_tokens else None
+    caps: list[int | None] = list(ws.max_samples or [None] * k)
+    for d, cap in enumerate(ws.max_tokens or []):
+        if cap is not None:
+            assert tps is not None
+            as_samples = math.ceil(cap / max(tps[d], 1e-12))
+            caps[d] = as_samples if caps[d] is None else min(caps[d], as_samples)
+    return fluid_ends(
+        ws.phases,
+        ws.mixture_unit,
+        sizes,
+        ws.exhaustion.policies,
+        ws.exhaustion.max_repeats,
+        ws.exhaustion.passes,
+        caps,
+        ws.epoch_size,
+        tps if ws.mixture_unit == "tokens" else None,
+    )

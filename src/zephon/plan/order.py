@@ -27,8 +27,8 @@ import numpy as np
 
 from zephon.arrays import distinct, per_distinct
 from zephon.choices import ShuffleMode, choices
+from zephon.permute import key_of, permute, permute_keyed
 from zephon.plan.manifest import Manifest
-from zephon.plan.permute import key_of, permute, permute_keyed
 
 __all__ = ["SHUFFLES", "DatasetOrder"]
 

@@ -170,7 +170,6 @@ def plan_report(
             "report: this curriculum has no end (repeat, no stop_after_passes, no epoch_size "
             "or budget ending it): say how far to plan with samples=N"
         )
-    k = len(ws.names)
     user = _user_phases(ws)
     ratios = ws.tokens_per_byte
     known = ratios is not None and all(r is not None for r in ratios)
@@ -181,102 +180,127 @@ def plan_report(
         entry.per_phase = [0] * len(user)
         entry.tokens = 0.0 if known else None
         entry.per_phase_tokens = [0.0] * len(user) if known else None
-    requests = nbytes = 0
+    reads = [0, 0]  # storage reads and their bytes
     picks_at: list[np.ndarray] = []  # (global position, dataset) of every draw, for the shares
-    total = 0
     for lane in range(lanes):
-        groups = ReadGroups(ws.coalesce_gap_bytes, ws.max_request_bytes)
         limit = None if samples is None else max(0, math.ceil((samples - lane) / lanes))
-        if ws.mixture_unit == "tokens":
-            starts = [b / lanes for b in user]
-        else:
-            starts = [max(0, math.ceil((b - lane) / lanes)) for b in user]
-        spent = 0.0
-        for chunk in ws.chunks(lane, lanes):
-            pos = chunk.cursor.position
-            n = len(chunk) if limit is None else min(len(chunk), limit - pos)
-            if n <= 0:
-                break
-            ds, passes = chunk.datasets[:n], chunk.passes[:n]
-            positions = (pos + np.arange(n)) * lanes + lane
-            tokens = np.zeros(n)
-            if known:
-                assert ratios is not None
-                for d in np.unique(ds).tolist():
-                    mask = ds == d
-                    m = ws.manifests[d]
-                    tokens[mask] = (
-                        m.sample_nbytes(chunk.shards[:n][mask], chunk.samples[:n][mask]) * ratios[d]
-                    )
-            if ws.mixture_unit == "tokens":
-                at = spent + np.concatenate(([0.0], np.cumsum(tokens)[:-1]))
-                spent += float(tokens.sum())
-                phase = np.searchsorted(np.array(starts), at, side="right") - 1
-            else:
-                phase = np.searchsorted(np.array(starts), pos + np.arange(n), side="right") - 1
-            for d in np.unique(ds).tolist():
-                mask = ds == d
-                plan = plans[d]
-                plan.samples += int(mask.sum())
-                if plan.tokens is not None:
-                    plan.tokens += float(tokens[mask].sum())
-                where = positions[mask]
-                plan.first = (
-                    int(where.min()) if plan.first is None else min(plan.first, int(where.min()))
-                )
-                plan.last = (
-                    int(where.max()) if plan.last is None else max(plan.last, int(where.max()))
-                )
-                for i, c in enumerate(np.bincount(phase[mask], minlength=len(user)).tolist()):
-                    plan.per_phase[i] += c
-                if plan.per_phase_tokens is not None:
-                    weights = np.bincount(phase[mask], tokens[mask], minlength=len(user))
-                    for i, t in enumerate(weights.tolist()):
-                        plan.per_phase_tokens[i] += t
-                per_pass = np.bincount(passes[mask])
-                if len(per_pass) > len(plan.per_pass):
-                    plan.per_pass += [0] * (len(per_pass) - len(plan.per_pass))
-                for p, c in enumerate(per_pass.tolist()):
-                    plan.per_pass[p] += c
-            requests_ = chunk.requests
-            if n < len(chunk):  # the bound cuts the chunk: its reads up to the bound
-                requests_ = cut_requests(requests_, 0, n)
-            for request in requests_:  # the storage reads the fetch stage will make
-                for group in groups.add(request):
-                    reads, size = group_reads(group)
-                    requests += reads
-                    nbytes += size
-            picks_at.append(np.stack([positions, ds]))
-            total += n
-            if limit is not None and pos + n >= limit:
-                break
-        for group in groups.finish():
-            reads, size = group_reads(group)
-            requests += reads
-            nbytes += size
+        picks_at += _plan_lane(ws, lane, lanes, limit, user, plans, reads, known)
     for plan in plans:
         plan.passes = sum(1 for c in plan.per_pass if c)
-    shares: list[list[float]] = []
-    if picks_at:
-        both = np.concatenate(picks_at, axis=1)
-        width = max(1, math.ceil(total / buckets))
-        bucket = both[0] // width
-        grid = np.zeros((int(bucket.max()) + 1, k))
-        np.add.at(grid, (bucket, both[1]), 1)
-        shares = (grid / np.maximum(1, grid.sum(axis=1, keepdims=True))).tolist()
+    total = sum(p.shape[1] for p in picks_at)
     return PlanReport(
         lanes,
         total,
         user,
         ws.mixture_unit,
         plans,
-        requests,
-        nbytes,
+        reads[0],
+        reads[1],
         get_price_per_1000,
         egress_price_per_gib,
-        shares,
+        _shares(picks_at, total, buckets, len(plans)),
         finite and samples is None,
     )
+
+
+def _plan_lane(
+    ws: StaticMixtureWorkSource,
+    lane: int,
+    lanes: int,
+    limit: int | None,
+    user: list[int],
+    plans: list[DatasetPlan],
+    reads: list[int],
+    known: bool,
+) -> list[np.ndarray]:
+    """Plan one lane (up to ``limit`` positions) into ``plans`` and ``reads``; returns the
+    global positions and datasets of its draws."""
+    groups = ReadGroups(ws.coalesce_gap_bytes, ws.max_request_bytes)
+    if ws.mixture_unit == "tokens":
+        starts = np.array([b / lanes for b in user])
+    else:
+        starts = np.array([max(0, math.ceil((b - lane) / lanes)) for b in user])
+    spent, out = 0.0, []
+    for chunk in ws.chunks(lane, lanes):
+        pos = chunk.cursor.position
+        n = len(chunk) if limit is None else min(len(chunk), limit - pos)
+        if n <= 0:
+            break
+        tokens = _tokens(ws, chunk, n) if known else np.zeros(n)
+        if ws.mixture_unit == "tokens":  # a token schedule's phase: by the lane's tokens
+            at = spent + np.concatenate(([0.0], np.cumsum(tokens)[:-1]))
+            spent += float(tokens.sum())
+        else:
+            at = (pos + np.arange(n)).astype(np.float64)
+        phase = np.searchsorted(starts, at, side="right") - 1
+        positions = (pos + np.arange(n)) * lanes + lane
+        for d in np.unique(chunk.datasets[:n]).tolist():
+            mask = chunk.datasets[:n] == d
+            _add(plans[d], positions[mask], phase[mask], tokens[mask], chunk.passes[:n][mask])
+        requests = chunk.requests
+        if n < len(chunk):  # the bound cuts the chunk: its reads up to the bound
+            requests = cut_requests(requests, 0, n)
+        for request in requests:  # the storage reads the fetch stage will make
+            _count(groups.add(request), reads)
+        out.append(np.stack([positions, chunk.datasets[:n]]))
+        if limit is not None and pos + n >= limit:
+            break
+    _count(groups.finish(), reads)
+    return out
+
+
+def _tokens(ws: StaticMixtureWorkSource, chunk: Any, n: int) -> np.ndarray:
+    """Estimated tokens of a chunk's first ``n`` draws (bytes times tokens per byte)."""
+    ratios = ws.tokens_per_byte
+    assert ratios is not None
+    tokens = np.zeros(n)
+    ds = chunk.datasets[:n]
+    for d in np.unique(ds).tolist():
+        mask = ds == d
+        nbytes = ws.manifests[d].sample_nbytes(chunk.shards[:n][mask], chunk.samples[:n][mask])
+        tokens[mask] = nbytes * ratios[d]
+    return tokens
+
+
+def _add(
+    plan: DatasetPlan, where: np.ndarray, phase: np.ndarray, tokens: np.ndarray, passes: np.ndarray
+) -> None:
+    """One dataset's draws of a chunk into its plan."""
+    plan.samples += len(where)
+    if plan.tokens is not None:
+        plan.tokens += float(tokens.sum())
+    low, high = int(where.min()), int(where.max())
+    plan.first = low if plan.first is None else min(plan.first, low)
+    plan.last = high if plan.last is None else max(plan.last, high)
+    for i, c in enumerate(np.bincount(phase, minlength=len(plan.per_phase)).tolist()):
+        plan.per_phase[i] += c
+    if plan.per_phase_tokens is not None:
+        weights = np.bincount(phase, tokens, minlength=len(plan.per_phase_tokens))
+        for i, t in enumerate(weights.tolist()):
+            plan.per_phase_tokens[i] += t
+    per_pass = np.bincount(passes).tolist()
+    plan.per_pass += [0] * max(0, len(per_pass) - len(plan.per_pass))
+    for p, c in enumerate(per_pass):
+        plan.per_pass[p] += c
+
+
+def _count(groups: list[Any], reads: list[int]) -> None:
+    for group in groups:
+        count, size = group_reads(group)
+        reads[0] += count
+        reads[1] += size
+
+
+def _shares(picks_at: list[np.ndarray], total: int, buckets: int, k: int) -> list[list[float]]:
+    """Each dataset's share of the draws in ``buckets`` even stretches of the run."""
+    if not picks_at:
+        return []
+    both = np.concatenate(picks_at, axis=1)
+    width = max(1, math.ceil(total / buckets))
+    bucket = both[0] // width
+    grid = np.zeros((int(bucket.max()) + 1, k))
+    np.add.at(grid, (bucket, both[1]), 1)
+    return (grid / np.maximum(1, grid.sum(axis=1, keepdims=True))).tolist()  # type: ignore[no-any-return]
 
 
 def _user_phases(ws: StaticMixtureWorkSource) -> list[int]:

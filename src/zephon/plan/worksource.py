@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
-import dataclasses
 import hashlib
 import json
 import math
@@ -20,29 +18,25 @@ from zephon.plan.arguments import (
     mixture_phases,
     tokens_per_byte_of,
 )
-from zephon.plan.budget import Ends, fluid_ends
+from zephon.plan.budget import Ends, curriculum_ends
 from zephon.plan.coalesce import cut_requests
 from zephon.plan.exhaustion import Exhaustion
+from zephon.plan.future import FUTURE, FutureChecks
 from zephon.plan.lanes import LaneSplit
 from zephon.plan.manifest import Manifest
-from zephon.plan.mixture import rational_weights
 from zephon.plan.order import DatasetOrder
 from zephon.plan.planner import PLAN_SLICE_S, LanePlanner, WorkChunk
+from zephon.plan.ratios import TokenRatios
 from zephon.plan.relane import Draws, Relaned
 from zephon.plan.report import PlanReport, plan_report
-from zephon.plan.runs import default_chunk, default_run, probe_sample_bytes
-from zephon.plan.schedule import MixtureSchedule, Phase, first_difference, phases_of
+from zephon.plan.runs import default_chunk, default_run
+from zephon.plan.schedule import MixtureSchedule, Phase
 from zephon.refs import Cursor, RangeRequest
 
 __all__ = ["FUTURE", "StaticMixtureWorkSource", "WorkChunk"]
 
-# What a restore may change where the checkpoint's lanes have not drawn yet
-FUTURE = frozenset(
-    {"weights", "schedule", "stop_after_passes", "max_samples", "max_tokens", "epoch_size"}
-)
 
-
-class StaticMixtureWorkSource:
+class StaticMixtureWorkSource(FutureChecks, TokenRatios):
     """A fixed mixture of datasets: what to read, in which order, how often.
 
     The curriculum is a pure function of the datasets' manifests and these arguments; it plans
@@ -193,45 +187,6 @@ class StaticMixtureWorkSource:
             or "drop" in self.exhaustion.policies
         )
 
-    def uncalibrated(self) -> list[str]:
-        """Datasets of a token mixture whose tokens-per-byte ratio is not known yet."""
-        if self.tokens_per_byte is None:
-            return []
-        if self.mixture_unit == "samples":  # ratios for max_tokens only
-            return [
-                n
-                for n, r, cap in zip(
-                    self.names, self.tokens_per_byte, self.max_tokens or [], strict=False
-                )
-                if r is None and cap is not None
-            ]
-        return [n for n, r in zip(self.names, self.tokens_per_byte, strict=True) if r is None]
-
-    def calibrate(self, ratios: Mapping[str, float]) -> None:
-        """Set measured tokens-per-byte ratios of the datasets that lack one (given ratios
-        stay). Done once, before planning: from then on the ratios are part of the
-        curriculum (:meth:`describe`), frozen into every checkpoint."""
-        if self.tokens_per_byte is None:
-            raise ConfigError("calibrate() applies only with mixture_unit='tokens' or max_tokens")
-        bad = {k: v for k, v in ratios.items() if k not in self.names or not v > 0}
-        if bad:
-            raise ConfigError(f"calibrate(): unknown datasets or non-positive ratios {bad}")
-        self.tokens_per_byte = [
-            r if r is not None else (float(ratios[n]) if n in ratios else None)
-            for n, r in zip(self.names, self.tokens_per_byte, strict=True)
-        ]
-
-    def _ratios(self) -> list[float]:
-        missing = self.uncalibrated()
-        if missing:
-            what = "mixture_unit='tokens'" if self.mixture_unit == "tokens" else "max_tokens"
-            raise ConfigError(
-                f"{what} needs tokens_per_byte for {missing}: pass them, or add "
-                "a tokenize() step to the pipeline, which measures them"
-            )
-        assert self.tokens_per_byte is not None
-        return [r if r is not None else 0.0 for r in self.tokens_per_byte]
-
     # -- identity and state -----------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
@@ -271,132 +226,6 @@ class StaticMixtureWorkSource:
             "delivered": delivered,
         }
 
-    def check_state(
-        self,
-        state: Mapping[str, Any],
-        lanes: int,
-        history: Sequence[Mapping[str, Any]] = (),
-        hw: Cursor | None = None,
-    ) -> tuple[Cursor, int]:
-        """Validate a :meth:`state` dict for this source; returns ``(cursor, delivered)``.
-
-        The curriculum's future (the mixture's phases, passes, budgets, epoch size) may
-        differ from the checkpoint's where the lane has not drawn yet (up to its high water
-        ``hw``, if its operators read ahead): a run extended, an annealing phase added.
-
-        Raises:
-            StateMismatch: it was taken from a different curriculum, or its schedule
-                differs where the lane has drawn already; the message says what.
-        """
-        try:
-            theirs = state["describe"]
-            cursor = Cursor.from_dict(state["cursor"])
-            delivered = int(state["delivered"])
-            their_lanes = int(state["lanes"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StateMismatch(f"not a work source state ({type(exc).__name__}: {exc})") from None
-        if not isinstance(theirs, dict):
-            raise StateMismatch(f"checkpoint field source: not a work source ({theirs!r:.60})")
-        self.check_identity(theirs)
-        if their_lanes != lanes:
-            raise StateMismatch(
-                f"checkpoint does not match this work source: lanes: checkpoint has "
-                f"{their_lanes}, this run has {lanes}"
-            )
-        if len(cursor.counts) != len(self.manifests):
-            raise StateMismatch("checkpoint cursor counts do not match the dataset list")
-        self.check_past(theirs, cursor, delivered, lanes, history, hw)
-        return cursor, delivered
-
-    def check_identity(self, theirs: Mapping[str, Any]) -> None:
-        """Raises ``StateMismatch`` unless a checkpoint's work source description matches
-        this one in all but the future (:data:`FUTURE`), naming what differs."""
-        ours = self.describe()
-        diffs = [
-            f"{key}: checkpoint has {theirs.get(key)!r}, this source has {ours.get(key)!r}"
-            for key in sorted(set(ours) | set(theirs))
-            if key not in FUTURE
-            and json.dumps(theirs.get(key), sort_keys=True)
-            != json.dumps(ours.get(key), sort_keys=True)
-        ]
-        if diffs:
-            raise StateMismatch("checkpoint does not match this work source: " + "; ".join(diffs))
-        if self.phases_described(theirs) is None:
-            raise StateMismatch("checkpoint field source schedule: not a mixture schedule")
-
-    def phases_described(self, theirs: Mapping[str, Any]) -> list[Phase] | None:
-        """The phases of a description (its schedule, or its static weights)."""
-        if "schedule" in theirs:
-            phases = phases_of(theirs["schedule"])
-        else:
-            phases = phases_of([[0, theirs.get("weights")]])
-        if phases is None or any(len(p.weights) != len(self.names) for p in phases):
-            return None
-        return phases
-
-    def check_past(
-        self,
-        theirs: Mapping[str, Any],
-        cursor: Cursor,
-        delivered: int,
-        lanes: int,
-        history: Sequence[Mapping[str, Any]],
-        hw: Cursor | None,
-    ) -> None:
-        """Raises ``StateMismatch`` if this source's schedule differs from the one described
-        by ``theirs`` where the lane of ``cursor`` (one of ``lanes``) has drawn already."""
-        old = self.phases_described(theirs)
-        assert old is not None
-        at = first_difference(self.phases, old)
-        if at is None:
-            return
-        origin = self.origin(history)
-        drawn = cursor.position + delivered
-        if hw is not None:
-            drawn = max(drawn, hw.position)
-        if self.mixture_unit == "samples":
-            last = origin + (drawn - 1) * lanes + cursor.lane if drawn else -1
-        else:  # tokens: the lane's tokens, the delivered part of its chunk at the most
-            spent = sum(cursor.tokens or ()) + delivered * max(self.tokens_per_sample())
-            last = origin + spent * lanes if drawn else -1
-        if last >= at:
-            if len(old) == 1 and len(self.phases) == 1:
-                raise StateMismatch(
-                    "checkpoint does not match this work source: weights: checkpoint has "
-                    f"{theirs.get('weights')!r}, this source has {self.describe()['weights']!r}"
-                )
-            named = self._phase_named(at)
-            raise StateMismatch(
-                f"the mixture schedule differs from the checkpoint's from {named} on (global "
-                f"position {at}), and lane {cursor.lane} had drawn up to position {last:.0f}: a "
-                "restore may change only the schedule's future"
-            )
-
-    def _phase_named(self, position: int) -> str:
-        """``phase i`` of this source's schedule that holds ``position``."""
-        if not isinstance(self.mixture, MixtureSchedule):
-            return "phase 0"
-        starts = [start for start, _ in self.mixture.phases]
-        i = max(j for j, start in enumerate(starts) if start <= position)
-        return f"phase {i}"
-
-    def variant(self, theirs: Mapping[str, Any]) -> StaticMixtureWorkSource:
-        """This work source with the future of a checkpoint's description (its phases,
-        passes, budgets and epoch size): the curriculum the checkpoint was taken in."""
-        other = copy.copy(self)
-        phases = self.phases_described(theirs)
-        if phases is None:
-            raise StateMismatch("checkpoint field source schedule: not a mixture schedule")
-        other.phases = phases
-        other.weights = list(phases[0].weights)
-        for name in ("max_samples", "max_tokens", "epoch_size"):
-            setattr(other, name, theirs.get(name))
-        passes = theirs.get("stop_after_passes")
-        other.exhaustion = dataclasses.replace(self.exhaustion, passes=passes)
-        other.renormalize = other._renormalizes()
-        other._ends = None
-        return other
-
     def start(self, lane: int) -> Cursor:
         """The cursor of a lane's first chunk."""
         zeros = tuple(0 for _ in self.manifests)
@@ -426,54 +255,11 @@ class StaticMixtureWorkSource:
         counts = self.ends().counts
         return None if all(c is None for c in counts) else counts
 
-    def tokens_per_sample(self) -> list[float]:
-        """Each dataset's estimated mean tokens per sample (bytes times tokens per byte)."""
-        return [
-            r * probe_sample_bytes(m) for r, m in zip(self._ratios(), self.manifests, strict=True)
-        ]
-
     def ends(self) -> Ends:
         """The curriculum's end counts, whether each dataset leaves before the end, and its
-        length (computed once)."""
+        length (computed once; :func:`~zephon.plan.budget.curriculum_ends`)."""
         if self._ends is None:
-            sizes = [m.num_samples for m in self.manifests]
-            if not self.renormalize:
-                weights = self.weights
-                if self.mixture_unit == "tokens":  # token shares -> expected sample shares
-                    weights = rational_weights(
-                        [
-                            w / max(t, 1e-12)
-                            for w, t in zip(weights, self.tokens_per_sample(), strict=True)
-                        ]
-                    )
-                legacy = self.exhaustion.end_counts(weights, sizes)
-                k = len(sizes)
-                self._ends = Ends(
-                    list(legacy) if legacy is not None else [None] * k,
-                    [False] * k,
-                    None if legacy is None else sum(legacy),
-                )
-            else:
-                need_tokens = self.mixture_unit == "tokens" or self.max_tokens is not None
-                tps = self.tokens_per_sample() if need_tokens else None
-                caps: list[int | None] = list(self.max_samples or [None] * len(sizes))
-                if self.max_tokens is not None:
-                    assert tps is not None
-                    for d, cap in enumerate(self.max_tokens):
-                        if cap is not None:
-                            as_samples = math.ceil(cap / max(tps[d], 1e-12))
-                            caps[d] = as_samples if caps[d] is None else min(caps[d], as_samples)  # type: ignore[type-var]
-                self._ends = fluid_ends(
-                    self.phases,
-                    self.mixture_unit,
-                    sizes,
-                    self.exhaustion.policies,
-                    self.exhaustion.max_repeats,
-                    self.exhaustion.passes,
-                    caps,
-                    self.epoch_size,
-                    tps if self.mixture_unit == "tokens" else None,
-                )
+            self._ends = curriculum_ends(self)
         return self._ends
 
     def splits(self, lanes: int, history: Sequence[Mapping[str, Any]] = ()) -> list[Draws]:
@@ -505,57 +291,6 @@ class StaticMixtureWorkSource:
         if out[0].lanes != lanes:
             raise StateMismatch(f"the re-laning history ends at {out[0].lanes} lanes, not {lanes}")
         return out
-
-    def _generation_ends(self, history: Sequence[Mapping[str, Any]]) -> list[list[int | None]]:
-        """Per lane generation, each dataset's end count (``None``: unbounded): the current
-        ones, unless a restore changed the curriculum's future (a generation's ``ends``)."""
-        ends = self.end_counts()
-        now: list[int | None] = list(ends) if ends is not None else [None] * len(self.names)
-        out = [now]
-        for gen in reversed(history):
-            theirs = gen.get("ends")
-            if theirs is None:
-                out.append(out[-1])
-                continue
-            if not isinstance(theirs, list) or len(theirs) != len(self.names):
-                raise StateMismatch("checkpoint field history ends: not an end count per dataset")
-            self.check_ends(theirs, out[-1])
-            out.append(list(theirs))
-        return out[::-1]
-
-    def check_ends(self, theirs: Sequence[Any], ours: Sequence[int | None]) -> None:
-        """Raises ``StateMismatch`` unless end counts ``theirs`` (a checkpoint's) can become
-        ``ours``: counts, and bounded where ours are."""
-        for d, (a, b) in enumerate(zip(theirs, ours, strict=True)):
-            if a is not None and (isinstance(a, bool) or not isinstance(a, int) or a < 0):
-                raise StateMismatch(f"checkpoint field history ends: {a!r} is no count")
-            if (a is None) != (b is None):
-                raise StateMismatch(
-                    f"dataset {self.names[d]!r} is drawn {'without end' if a is None else a} "
-                    f"times in the checkpoint's curriculum and "
-                    f"{'without end' if b is None else b} in this one: a restore may "
-                    "change how much a finite curriculum draws, not make it infinite (or "
-                    "finite)"
-                )
-
-    def relane(
-        self,
-        lanes: int,
-        history: Sequence[Mapping[str, Any]],
-        cuts: Sequence[Sequence[int]],
-        new_lanes: int,
-        ends: Sequence[int | None] | None = None,
-    ) -> list[dict[str, Any]]:
-        """``history`` with one more generation: ``lanes`` lanes that had made ``cuts[lane]``
-        draws of each dataset, dealt to ``new_lanes`` lanes. ``ends``: the end counts the
-        old lanes were planned with, when the curriculum's future changed them."""
-        if len(cuts) != lanes or any(len(c) != len(self.manifests) for c in cuts):
-            raise StateMismatch(f"re-laning needs the draws of all {lanes} lanes")
-        by_dataset = [[int(cuts[i][d]) for i in range(lanes)] for d in range(len(self.manifests))]
-        generation: dict[str, Any] = {"from_lanes": lanes, "lanes": new_lanes, "cuts": by_dataset}
-        if ends is not None:
-            generation["ends"] = list(ends)
-        return [*(dict(g) for g in history), generation]
 
     def chunks(
         self,
@@ -607,21 +342,6 @@ class StaticMixtureWorkSource:
             get_price_per_1000=get_price_per_1000,
             egress_price_per_gib=egress_price_per_gib,
         )
-
-    def origin(self, history: Sequence[Mapping[str, Any]] = ()) -> float:
-        """Where the current lane generation starts, as a global position in the mixture's
-        unit: the draws of every earlier generation's lanes at their cuts (in tokens, at the
-        datasets' mean tokens per sample)."""
-        if not history or len(self.phases) == 1:
-            return 0
-        drawn = [
-            sum(int(c) for c in gen["cuts"][d]) for gen in history for d in range(len(self.names))
-        ]
-        if self.mixture_unit == "samples":
-            return sum(drawn)
-        tps = self.tokens_per_sample()
-        k = len(self.names)
-        return sum(c * tps[i % k] for i, c in enumerate(drawn))
 
     async def requests(
         self,
