@@ -161,6 +161,7 @@ class FutureChecks:
     def variant(self, theirs: Mapping[str, Any]) -> Self:
         """This work source with the future of a checkpoint's description (its phases,
         passes, budgets and epoch size): the curriculum the checkpoint was taken in."""
+        self._check_future(theirs)
         other = copy.copy(self)
         phases = self.phases_described(theirs)
         if phases is None:
@@ -174,6 +175,27 @@ class FutureChecks:
         other.renormalize = other._renormalizes()
         other._ends = None
         return other
+
+    def _check_future(self, theirs: Mapping[str, Any]) -> None:
+        """Raises ``StateMismatch`` naming a future field of a description that is not what
+        a work source writes there (a corrupted checkpoint)."""
+
+        def count(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+        passes, epoch = theirs.get("stop_after_passes"), theirs.get("epoch_size")
+        bad = [] if passes is None or count(passes) else ["stop_after_passes"]
+        bad += [] if epoch is None or count(epoch) else ["epoch_size"]
+        for name in ("max_samples", "max_tokens"):
+            caps = theirs.get(name)
+            if caps is not None and not (
+                isinstance(caps, list)
+                and len(caps) == len(self.names)
+                and all(c is None or count(c) for c in caps)
+            ):
+                bad.append(name)
+        if bad:
+            raise StateMismatch(f"checkpoint field source {bad[0]}: {theirs.get(bad[0])!r:.60}")
 
     def _generation_ends(self, history: Sequence[Mapping[str, Any]]) -> list[list[int | None]]:
         """Per lane generation, each dataset's end count (``None``: unbounded): the current
