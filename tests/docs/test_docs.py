@@ -98,6 +98,31 @@ def test_troubleshooting_explains_every_error() -> None:
     assert [n for n in names if f"`{n}`" not in text] == []
 
 
+HISTORY = re.compile(
+    r"\bsession \d|\b(?:this|last|earlier|previous|next|same|first|second|third|\w+th) "
+    r"session\b|\bissue #?\d|\bphase \d|\bphase (?:one|two|three)\b",
+    re.I,
+)
+
+
+def test_user_pages_do_not_speak_of_the_projects_history() -> None:
+    """Users have the repository, not its history: no sessions, issues or project phases in
+    the README and the docs (history belongs in git)."""
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()[:80]}"
+        for page in PAGES
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+    assert found == []
+
+
+def test_the_benchmarks_page_shows_current_results_briefly() -> None:
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) <= 400
+    assert text.count("```bash") >= 10  # every result with its command
+
+
 def test_links_stay_in_the_repository() -> None:
     for page in PAGES:
         for target in re.findall(r"\]\(([^)]+)\)", page.read_text()):
