@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from zephon.errors import ConfigError, StateMismatch
 from zephon.formats.index import RecordIndex, RowGroupIndex
-from zephon.plan import Manifest, StaticMixtureWorkSource
 from zephon.permute import permute, permute_keyed
+from zephon.plan import Manifest, StaticMixtureWorkSource
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 shuffles = st.sampled_from(["none", "shards", "block", "global"])
