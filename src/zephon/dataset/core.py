@@ -20,6 +20,7 @@ from zephon.dataset.cache import (
     default_cache_dir,
 )
 from zephon.dataset.discover import Discovered, DiscoveryStats, discover, discover_lance
+from zephon.dataset.locate import pinned
 from zephon.dataset.records import put_records
 from zephon.dataset.selecting import Selecting
 from zephon.dataset.selection import Selection
@@ -213,6 +214,7 @@ class Dataset(Selecting):
     ) -> Dataset:
         if not name:
             raise ConfigError("a dataset needs a non-empty name")
+        path = await pinned(path, storage_options)  # a Hub revision: its commit
         first = path if isinstance(path, str) else (next(iter(path), "") or "")
         if index_cache is True:
             cache: IndexCache | None = IndexCache(default_cache_dir())

@@ -15,7 +15,7 @@ import asyncio
 import fnmatch
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,20 @@ class Located:
     listed: bool
     persistent: PersistentIndex | None = None
     index_uri: str = ""
+
+
+async def pinned(
+    path: str | Sequence[str], options: Mapping[str, Any] | None
+) -> str | Sequence[str]:
+    """``path`` with a Hugging Face Hub revision resolved to its commit (``hf://``); any
+    other path as it is."""
+    if isinstance(path, str):
+        if scheme_of(path) != "hf":
+            return path
+        from zephon.storage.hf import pin
+
+        return await pin(path, dict(options or {}))
+    return [await pinned(p, options) for p in path]  # type: ignore[misc]
 
 
 async def locate(
@@ -154,7 +168,7 @@ async def _resolve(
             info = await storage.stat(path)
             return [info], path_of(path).rsplit("/", 1)[0] + "/"
         except NotFound:
-            if scheme_of(path) in ("http", "https"):
+            if scheme_of(path) in ("http", "https", "hf"):  # a file named, not a prefix
                 raise
     root = path if path.endswith("/") else path + "/"
     infos = [i async for i in storage.list(root)]

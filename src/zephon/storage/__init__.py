@@ -7,6 +7,7 @@
 | ``diskcache`` | A local disk cache of fetched byte ranges, shared by every process on a node |
 | ``gate`` | Counting gates: the bounded-concurrency primitives of the storage layer |
 | ``gcs`` | Google Cloud Storage through gcsfs's credentials and session, over the JSON API |
+| ``hf`` | Datasets on the Hugging Face Hub (``hf://datasets/org/name[@revision]/path``) |
 | ``hedge`` | Hedged reads: a read far slower than this client's recent reads is sent again |
 | ``http`` | Plain HTTP(S) objects read with ranged GETs through aiohttp |
 | ``http_status`` | Translation of plain HTTP answers |

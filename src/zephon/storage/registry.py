@@ -64,6 +64,12 @@ def _http(options: dict[str, Any], limits: StorageLimits) -> Backend:
     return HTTPBackend(options, max_connections=limits.max_requests)
 
 
+def _hf(options: dict[str, Any], limits: StorageLimits) -> Backend:
+    from zephon.storage.hf import HFBackend
+
+    return HFBackend(options, max_connections=limits.max_requests)
+
+
 _BACKENDS: dict[str, BackendFactory] = {
     "file": _local,
     "memory": _memory,
@@ -72,6 +78,7 @@ _BACKENDS: dict[str, BackendFactory] = {
     "az": _azure,
     "http": _http,
     "https": _http,
+    "hf": _hf,
 }
 
 
