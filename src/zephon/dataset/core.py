@@ -34,6 +34,7 @@ from zephon.formats.index import (
     RowGroupIndex,
     StreamIndex,
     WholeIndex,
+    coalesced,
 )
 from zephon.formats.lance import is_lance_path
 from zephon.refs import ShardInfo, path_of
@@ -368,14 +369,7 @@ class Dataset(Selecting):
     def ranges(self, shard: int, samples: Sequence[int]) -> list[tuple[int, int]]:
         """The coalesced byte ranges that hold ``samples`` of shard ``shard``."""
         index = self.indexes[shard]
-        spans = sorted({r for i in samples for r in index.span(i, i + 1)})
-        merged: list[tuple[int, int]] = []
-        for start, stop in spans:
-            if merged and start - merged[-1][1] <= _COALESCE_GAP_BYTES:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-            else:
-                merged.append((start, stop))
-        return merged
+        return coalesced((r for i in samples for r in index.span(i, i + 1)), _COALESCE_GAP_BYTES)
 
     async def aread(self, storage: ManagedStorage, shard: int, samples: Sequence[int]) -> list[Any]:
         """Fetch and decode ``samples`` (indices within shard ``shard``), in the given order."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,10 +38,23 @@ __all__ = [
     "ShardIndex",
     "StreamIndex",
     "WholeIndex",
+    "coalesced",
     "index_from_bytes",
 ]
 
 ShardIndex = "RecordIndex | RowGroupIndex | StreamIndex | WholeIndex | FragmentIndex"
+
+
+def coalesced(spans: Iterable[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Byte spans sorted and merged where at most ``gap`` bytes apart."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(set(spans)):
+        if merged and start - merged[-1][1] <= gap:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
 
 _MAGIC = b"ZIX1"
 
