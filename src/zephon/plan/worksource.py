@@ -36,7 +36,7 @@ from zephon.refs import Cursor, RangeRequest
 __all__ = ["FUTURE", "StaticMixtureWorkSource", "WorkChunk"]
 
 
-class StaticMixtureWorkSource(FutureChecks, TokenRatios):
+class StaticMixtureWorkSource(TokenRatios, FutureChecks):
     """A fixed mixture of datasets: what to read, in which order, how often.
 
     The curriculum is a pure function of the datasets' manifests and these arguments; it plans
