@@ -22,7 +22,19 @@ import numpy as np
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
 VOCAB, SEQ = 258, 64
-WORDS = "stream shard range token batch lane mixture curriculum the of a".split()
+WORDS = [
+    "stream",
+    "shard",
+    "range",
+    "token",
+    "batch",
+    "lane",
+    "mixture",
+    "curriculum",
+    "the",
+    "of",
+    "a",
+]
 
 
 def build() -> Pipeline:
