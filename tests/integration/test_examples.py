@@ -21,6 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
         ("image_text_pairs.py", "resumed exactly"),
         ("recipes/numpy_loop.py", "resumed exactly"),
         ("recipes/torchtitan_dataloader.py", "resumed exactly"),
+        ("recipes/lightning_datamodule.py", "exactly"),
     ],
 )
 def test_example_runs(script: str, says: str) -> None:
