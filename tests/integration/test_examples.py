@@ -22,6 +22,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
         ("recipes/numpy_loop.py", "resumed exactly"),
         ("recipes/torchtitan_dataloader.py", "resumed exactly"),
         ("recipes/lightning_datamodule.py", "exactly"),
+        ("recipes/hf_trainer.py", "exactly"),
     ],
 )
 def test_example_runs(script: str, says: str) -> None:
