@@ -19,6 +19,7 @@ import contextlib
 import functools
 import os
 import tempfile
+import time
 import uuid
 import warnings
 import weakref
@@ -34,7 +35,13 @@ from zephon.errors import ConfigError
 if TYPE_CHECKING:
     from zephon.pipeline import Pipeline
 
-__all__ = ["ZephonIterableDataset", "loader_checkpoint", "loader_state", "to_tensors"]
+__all__ = [
+    "LoaderMetrics",
+    "ZephonIterableDataset",
+    "loader_checkpoint",
+    "loader_state",
+    "to_tensors",
+]
 
 LOADED = "zephon_loaded"  # a worker state as loader_state() gave it (see loader_checkpoint)
 
@@ -290,3 +297,88 @@ def loader_state(
         "_worker_snapshots": workers,
     }
     return {"_snapshot": snapshot, "_steps_since_snapshot": 0, "_iterator_finished": False}
+
+
+class LoaderMetrics:
+    """A pipeline's loader metrics, written to TensorBoard every ``every`` steps.
+
+    Call :meth:`step` once per training step (it costs a counter increment between writes).
+    Every ``every`` steps it writes, over the interval since the last write: training steps
+    per second (``steps_per_s``), the share of the time the pipeline's output waited for its
+    stages (``wait_share``: near 0, the loader keeps ahead of the trainer), data read in MB/s
+    (``read_MBps``), and each stage's busy share (``busy/<stage>``); and, in all,
+    ``requests``, ``retries``, ``throttles`` and the bytes in flight (``inflight_MB``).
+
+    Args:
+        pipe: the pipeline the training loop consumes.
+        writer: a ``torch.utils.tensorboard.SummaryWriter`` (or anything with
+            ``add_scalar(tag, value, step)``); default: one writing to ``log_dir``.
+        log_dir: where the default writer writes (TensorBoard's default if ``None``).
+        every: steps between writes.
+        prefix: the tags' prefix.
+
+    Example::
+
+        metrics = LoaderMetrics(pipe, log_dir="runs/exp1", every=50)
+        for step, batch in enumerate(pipe):
+            ...  # train
+            metrics.step(step)
+    """
+
+    def __init__(
+        self,
+        pipe: Pipeline,
+        writer: Any = None,
+        log_dir: str | None = None,
+        every: int = 100,
+        prefix: str = "loader/",
+    ) -> None:
+        if every < 1:
+            raise ConfigError(f"LoaderMetrics: every must be >= 1, got {every}")
+        if writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(log_dir=log_dir)
+        self.pipe, self.writer, self.every, self.prefix = pipe, writer, every, prefix
+        self._last: dict[str, Any] | None = None
+        self._count = 0
+        self._since = (time.perf_counter(), 0)  # the last write: when, after how many steps
+
+    def step(self, step: int) -> None:
+        """Count a training step; write the metrics on every ``every``-th."""
+        self._count += 1
+        if self._count % self.every == 0:
+            self.write(step)
+
+    def write(self, step: int) -> None:
+        """Write the metrics now, as of training step ``step``."""
+        now = self.pipe.stats()
+        if not now:
+            return
+        clock, steps = time.perf_counter(), self._count
+        wall = max(1e-9, clock - self._since[0])
+        last = self._last or {"elapsed_s": 0.0, "consumer_stall_s": 0.0}
+        span = max(1e-9, now["elapsed_s"] - last["elapsed_s"])
+        fetch, before = now["fetch"], (last.get("fetch") or {})
+        read = fetch["bytes"] + fetch.get("scan_reused_bytes", 0)
+        read -= before.get("bytes", 0) + before.get("scan_reused_bytes", 0)
+        values = {
+            "steps_per_s": (steps - self._since[1]) / wall,
+            "wait_share": (now["consumer_stall_s"] - last["consumer_stall_s"]) / span,
+            "read_MBps": read / 1e6 / span,
+            "requests": fetch["requests"],
+            "retries": fetch["retries"],
+            "throttles": fetch["throttles"],
+            "inflight_MB": fetch["inflight_bytes"] / 1e6,
+        }
+        stages_before = last.get("stages") or {}
+        for name, stage in now.get("stages", {}).items():
+            busy = stage["busy_s"] - stages_before.get(name, {}).get("busy_s", 0.0)
+            values[f"busy/{name}"] = busy / span
+        for tag, value in values.items():
+            self.writer.add_scalar(self.prefix + tag, float(value), step)
+        self._last, self._since = now, (clock, steps)
+
+    def close(self) -> None:
+        """Flush and close the writer."""
+        self.writer.close()
