@@ -324,7 +324,16 @@ def test_cli_bench_reports_throughput_latency_and_the_busiest_stage(
     assert "missing" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["inspect", "index", "bench", "demo"])
+def test_cli_bench_plots_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    write_jsonl(tmp_path / "d", shards=3)
+    png = tmp_path / "bench.png"
+    assert main(["bench", str(tmp_path / "d"), "--seconds", "1.5", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot         {png}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["inspect", "index", "bench", "plan", "demo"])
 def test_every_command_has_help_with_an_example(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

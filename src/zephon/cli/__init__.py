@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--shuffle", default="block", help="none, shards, block or global")
     bench.add_argument("--processes", type=int, default=0, help="decode processes")
     bench.add_argument("--lanes", type=int, default=1, help="lanes (independent streams)")
+    bench.add_argument(
+        "--plot", default=None, help="a PNG of samples/s, waits and stage busy time over the run"
+    )
 
     plan = command(
         "plan",
@@ -147,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.shuffle,
             args.processes,
             args.lanes,
+            args.plot,
         )
     if args.command == "inspect":
         return run_inspect(

@@ -22,6 +22,7 @@ def run_bench(
     shuffle: ShuffleMode,
     processes: int,
     lanes: int,
+    plot: str | None = None,
 ) -> int:
     """Discover ``path``, stream it (repeating if it ends) for ``seconds`` and print samples/s,
     MB/s, the time to the first sample, fetch latency percentiles and the busiest stage."""
@@ -37,12 +38,15 @@ def run_bench(
         pipe = Pipeline(ws, rank=0, world_size=1, lanes=lanes, decode_processes=processes)
         first = None
         count = 0
+        timeline = Timeline(pipe) if plot else None
         it = pipe.iter()
         for _ in it:
             count += 1
             now = time.perf_counter()
             if first is None:
                 first = now - started
+            if timeline is not None:
+                timeline.sample(now, count)
             if now - started - discovered >= seconds:
                 break
         stats = pipe.stats()
@@ -67,6 +71,13 @@ def run_bench(
             f"fetch        {fetch['requests']:,} requests, latency p50 {p50 * 1000:.1f} ms, "
             f"p99 {p99 * 1000:.1f} ms, {fetch['retries']} retries"
         )
+    if timeline is not None and plot:
+        try:
+            timeline.plot(plot, f"zephon bench {path}")
+        except ZephonError as exc:
+            print(f"zephon bench: {exc}", file=sys.stderr)
+            return 1
+        print(f"plot         {plot}")
     busiest = max(stats["stages"].items(), key=lambda kv: _share(kv[1]), default=None)
     if busiest is not None:
         name, st = busiest
@@ -83,3 +94,66 @@ def _share(stage: dict[str, Any]) -> float:
 
 def _name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1] or path
+
+
+class Timeline:
+    """What a bench run did over time, sampled twice a second: samples/s, the share of time
+    the consumer waited, and each stage's busy share (for ``--plot``)."""
+
+    EVERY_S = 0.5
+
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self.rows: list[tuple[float, int, dict[str, Any]]] = []
+        self.last = 0.0
+
+    def sample(self, now: float, count: int) -> None:
+        if now - self.last >= self.EVERY_S:
+            self.last = now
+            self.rows.append((now, count, self.pipe.stats()))
+
+    def plot(self, path: str, title: str) -> None:
+        """Draw the timeline to a PNG (matplotlib, the ``plot`` extra)."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            from zephon.errors import ConfigError
+
+            raise ConfigError("--plot needs matplotlib: pip install 'zephon[plot]'") from None
+        pairs = list(zip(self.rows, self.rows[1:], strict=False))
+        t0 = self.rows[0][0] if self.rows else 0.0
+        times = [b[0] - t0 for _, b in pairs]
+        fig, (rate, wait, busy) = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+        rate.plot(times, [(b[1] - a[1]) / max(1e-9, b[0] - a[0]) for a, b in pairs])
+        rate.set_ylabel("samples/s")
+        rate.set_title(title)
+        wait.plot(
+            times,
+            [_delta(a, b, "consumer_stall_s") / max(1e-9, b[0] - a[0]) for a, b in pairs],
+        )
+        wait.set_ylabel("consumer waiting")
+        wait.set_ylim(0, 1.05)
+        names = list(self.rows[-1][2].get("stages", {})) if self.rows else []
+        for name in names:
+            shares = [(_busy(b, name) - _busy(a, name)) / max(1e-9, b[0] - a[0]) for a, b in pairs]
+            busy.plot(times, shares, label=name)
+        busy.set_ylabel("stage busy share")
+        busy.set_xlabel("seconds")
+        if names:
+            busy.legend(fontsize="small", ncol=2)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+
+
+def _delta(
+    a: tuple[float, int, dict[str, Any]], b: tuple[float, int, dict[str, Any]], key: str
+) -> float:
+    return float(b[2].get(key, 0.0) - a[2].get(key, 0.0))
+
+
+def _busy(row: tuple[float, int, dict[str, Any]], name: str) -> float:
+    return float(row[2].get("stages", {}).get(name, {}).get("busy_s", 0.0))
