@@ -6,6 +6,8 @@ ties to the lowest index). Weights are exact rationals, so the comparison is int
 arithmetic, identical on every machine. This greedy keeps every prefix within about one
 sample of ``t * w_d`` for every dataset (the property tests check the contract's bound of 2).
 
+Token mixtures use the same greedy on estimated tokens, in :mod:`zephon.plan.lanemix`.
+
 The sequence depends only on ``t``: when the weights' common denominator ``Q`` is small and
 the greedy returns to zero deficit after ``Q`` steps, one period is tabulated and a chunk is a
 numpy gather; otherwise it is computed step by step from the counts a cursor carries.
@@ -19,7 +21,7 @@ from math import lcm
 
 import numpy as np
 
-__all__ = ["SampleSchedule", "TokenSchedule", "rational_weights"]
+__all__ = ["SampleSchedule", "rational_weights"]
 
 _MAX_TABLE = 1 << 16
 _MAX_DENOMINATOR = 1_000_000
@@ -113,50 +115,3 @@ class SampleSchedule:
         after = [int(c) for c in np.asarray(counts) + np.bincount(head, minlength=len(self.q))]
         tail = self._greedy(t + cut, after, n - cut, caps)
         return np.concatenate((head, np.array(tail, dtype=np.int64)))
-
-
-class TokenSchedule:
-    """Mixture by tokens: the next sample goes to the dataset furthest behind its token share.
-
-    Tokens of a sample are estimated as its byte length times its dataset's tokens-per-byte,
-    so the choice depends on which samples come next; the caller supplies their estimates.
-    """
-
-    def __init__(self, weights: Sequence[Fraction]) -> None:
-        self.w = [float(w) for w in weights]
-
-    def picks(
-        self,
-        tokens: Sequence[float],
-        upcoming: Sequence[np.ndarray],
-        n: int,
-        room: Sequence[int | None] | None = None,
-    ) -> tuple[np.ndarray, list[float]]:
-        """Datasets of the next ``n`` positions and the token totals after them.
-
-        ``upcoming[d]`` holds the token estimates of dataset ``d``'s next samples (at least
-        ``n`` of them, or ``room[d]``). With ``room``, dataset ``d`` is drawn at most
-        ``room[d]`` more times (``None``: no limit); fewer positions come back once every
-        dataset is out of room.
-        """
-        totals = list(tokens)
-        w, k = self.w, len(self.w)
-        left = [None] * k if room is None else list(room)
-        live = [d for d in range(k) if left[d] is None or left[d] > 0]  # type: ignore[operator]
-        taken = [0] * k
-        out: list[int] = []
-        for _ in range(n):
-            if not live:
-                break
-            grand = sum(totals)
-            best, best_v = live[0], w[live[0]] * grand - totals[live[0]]
-            for d in live[1:]:
-                v = w[d] * grand - totals[d]
-                if v > best_v:
-                    best, best_v = d, v
-            totals[best] += float(upcoming[best][taken[best]])
-            taken[best] += 1
-            out.append(best)
-            if left[best] is not None and taken[best] >= left[best]:  # type: ignore[operator]
-                live.remove(best)
-        return np.array(out, dtype=np.int64), totals
