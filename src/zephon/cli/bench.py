@@ -55,6 +55,33 @@ def run_bench(
         print(f"zephon bench: {exc}", file=sys.stderr)
         return 1
     elapsed = time.perf_counter() - started - discovered
+    _print_report(path, ds, stats, count, elapsed, discovered, first)
+    if timeline is not None and plot:
+        try:
+            timeline.plot(plot, f"zephon bench {path}")
+        except ZephonError as exc:
+            print(f"zephon bench: {exc}", file=sys.stderr)
+            return 1
+        print(f"plot         {plot}")
+    busiest = max(stats["stages"].items(), key=lambda kv: _share(kv[1]), default=None)
+    if busiest is not None:
+        name, st = busiest
+        print(
+            f"busiest      {name}: busy {_share(st):.0%} of its time (the stage to speed up first)"
+        )
+    return 0
+
+
+def _print_report(
+    path: str,
+    ds: Dataset,
+    stats: dict[str, Any],
+    count: int,
+    elapsed: float,
+    discovered: float,
+    first: float | None,
+) -> None:
+    """The dataset, discovery, throughput and fetch lines of a bench run."""
     fetch = stats["fetch"]
     print(f"dataset      {path} ({ds.format}, {ds.num_samples:,} samples, {len(ds.shards)} shards)")
     print(f"discovery    {discovered:.2f} s; first sample after {first or 0.0:.2f} s")
@@ -71,20 +98,6 @@ def run_bench(
             f"fetch        {fetch['requests']:,} requests, latency p50 {p50 * 1000:.1f} ms, "
             f"p99 {p99 * 1000:.1f} ms, {fetch['retries']} retries"
         )
-    if timeline is not None and plot:
-        try:
-            timeline.plot(plot, f"zephon bench {path}")
-        except ZephonError as exc:
-            print(f"zephon bench: {exc}", file=sys.stderr)
-            return 1
-        print(f"plot         {plot}")
-    busiest = max(stats["stages"].items(), key=lambda kv: _share(kv[1]), default=None)
-    if busiest is not None:
-        name, st = busiest
-        print(
-            f"busiest      {name}: busy {_share(st):.0%} of its time (the stage to speed up first)"
-        )
-    return 0
 
 
 def _share(stage: dict[str, Any]) -> float:
