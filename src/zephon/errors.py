@@ -7,7 +7,6 @@ material redacted) and never the raw message of the underlying SDK, which may ec
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -207,6 +206,8 @@ def native_reader_failure(exc: BaseException) -> bool:
 def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
     """The root failure of a task group: the first exception in it that is not a
     cancellation (what a user should see instead of the group)."""
+    import asyncio  # here: `import zephon` does not load asyncio (40-60 ms) for its errors
+
     pending: list[BaseException] = [group]
     while pending:
         exc = pending.pop(0)

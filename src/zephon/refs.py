@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
-
-import numpy as np
+from typing import TYPE_CHECKING, NamedTuple
 
 from zephon.errors import redact_uri
+
+if TYPE_CHECKING:  # annotations only: `import zephon` does not load numpy
+    import numpy as np
 
 __all__ = ["Cursor", "ObjectInfo", "RangeRequest", "ShardInfo", "path_of"]
 

@@ -30,6 +30,14 @@ def test_an_operator_module_imports_without_the_rest_of_zephon() -> None:
     assert out.stdout.split() == ["[]", "Pipeline"]  # and subpackages load on first use
 
 
+def test_import_zephon_loads_neither_numpy_nor_asyncio() -> None:
+    """``python -c "import zephon"`` loads the errors and value types only: numpy and asyncio
+    (about 0.1 s of a fresh interpreter between them) wait for the first dataset or pipeline."""
+    code = "import sys, zephon; print([m for m in ('numpy', 'asyncio') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]"]
+
+
 def test_the_public_names_resolve_on_first_use() -> None:
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
     from zephon.dataset import Dataset as DatasetClass
