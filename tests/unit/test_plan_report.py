@@ -170,3 +170,18 @@ def test_zephon_plan_from_a_config_file(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_text('[[datasets]]\nname = "web"\n')
     assert main(["plan", str(bad)]) == 2
     assert "needs a name and a path" in capsys.readouterr().err
+
+
+def test_explain_estimates_read_amplification_and_warns_above_one_and_a_half(
+    tmp_path: Path,
+) -> None:
+    for s in range(4):
+        rows = "".join(json.dumps({"i": s * 2000 + i, "t": "x" * 1500}) + "\n" for i in range(2000))
+        (tmp_path / f"p{s}.jsonl").write_text(rows)
+    ds = Dataset.from_path("w", str(tmp_path))
+    dense = Pipeline(StaticMixtureWorkSource([ds], shuffle="none"), lanes=2).explain()
+    assert "reads: about 1.00x the samples' bytes" in dense and "warning" not in dense
+    spread = Pipeline(StaticMixtureWorkSource([ds], shuffle="global"), lanes=2).explain()
+    line = next(x for x in spread.splitlines() if x.startswith("reads: about"))
+    assert float(line.split("about ")[1].split("x")[0]) > 1.5
+    assert "warning: the plan reads" in spread and "shuffle='block'" in spread

@@ -18,6 +18,7 @@ from zephon.formats.index import StreamIndex, WholeIndex
 from zephon.ops.itemops import ItemOperator
 from zephon.ops.operator import Operator, placement_label
 from zephon.plan import StaticMixtureWorkSource
+from zephon.plan.report import read_amplification
 from zephon.storage import RetryPolicy, StorageLimits
 
 BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec.block_bytes)
@@ -209,4 +210,24 @@ class PipelineSpec:
         lines.append(
             f"merge lanes ({order}) -> prefetch({self.prefetch_blocks} blocks) -> consumer"
         )
+        lines += read_lines(ws, self.lanes)
         return "\n".join(lines)
+
+
+AMPLIFICATION_WARNING = 1.5  # reads past this many times the samples' bytes are pointed out
+
+
+def read_lines(ws: Any, lanes: int) -> list[str]:
+    """What ``explain()`` says of the plan's reads: their bytes over the samples' (estimated
+    on the first chunks of lane 0, before the range cache), and a warning above 1.5x."""
+    amplification = read_amplification(ws, lanes)
+    if amplification is None:
+        return []
+    lines = [f"reads: about {amplification:.2f}x the samples' bytes (first chunks of lane 0)"]
+    if amplification > AMPLIFICATION_WARNING:
+        lines.append(
+            f"warning: the plan reads {amplification:.1f}x the data it uses: small records "
+            "shuffled far apart are read with their neighbours; shuffle='block' keeps reads "
+            "dense, and a larger range_cache_bytes serves the neighbours read twice"
+        )
+    return lines

@@ -22,7 +22,7 @@ from zephon.plan.coalesce import ReadGroups, cut_requests, group_reads
 if TYPE_CHECKING:
     from zephon.plan.worksource import StaticMixtureWorkSource
 
-__all__ = ["DatasetPlan", "PlanReport", "plan_report"]
+__all__ = ["DatasetPlan", "PlanReport", "plan_report", "read_amplification"]
 
 
 @dataclass
@@ -310,3 +310,26 @@ def _user_phases(ws: StaticMixtureWorkSource) -> list[int]:
     if isinstance(ws.mixture, MixtureSchedule):
         return [start for start, _ in ws.mixture.phases]
     return [0]
+
+
+def read_amplification(ws: StaticMixtureWorkSource, lanes: int, chunks: int = 8) -> float | None:
+    """Bytes the first ``chunks`` chunks of lane 0 fetch (as the fetch stage groups their
+    reads, before any cache) over the bytes of their samples: 1.0 reads nothing more than the
+    data; a global shuffle of small records reads neighbours too. ``None`` if it cannot be
+    planned yet (a token mixture before its ratios are measured)."""
+    groups = ReadGroups(ws.coalesce_gap_bytes, ws.max_request_bytes)
+    data = reads = 0.0
+    try:
+        for j, chunk in enumerate(ws.chunks(0, lanes)):
+            if j == chunks:
+                break
+            for d in np.unique(chunk.datasets).tolist():
+                mask = chunk.datasets == d
+                nbytes = ws.manifests[d].sample_nbytes(chunk.shards[mask], chunk.samples[mask])
+                data += float(nbytes.sum())
+            for request in chunk.requests:
+                reads += sum(group_reads(g)[1] for g in groups.add(request))
+    except ConfigError:
+        return None
+    reads += sum(group_reads(g)[1] for g in groups.finish())
+    return reads / data if data else None
