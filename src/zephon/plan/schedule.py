@@ -201,8 +201,27 @@ def first_difference(ours: Sequence[Phase], theirs: Sequence[Phase]) -> int | No
 
 
 def phases_of(described: Any) -> list[Phase] | None:
-    """Phases from a work source description's ``schedule`` (``None``: not phases)."""
+    """Phases from a work source description's ``schedule`` (``None``: not phases as a work
+    source writes them: starts increasing from 0, weights non-negative fractions summing
+    to 1)."""
     try:
-        return [Phase(int(start), tuple(Fraction(w) for w in ws)) for start, ws in described]
-    except (TypeError, ValueError, ZeroDivisionError):
+        phases = []
+        for start, weights in described:
+            if isinstance(start, bool) or not isinstance(start, int):
+                return None
+            exact = tuple(_fraction(w) for w in weights)
+            if any(w < 0 for w in exact) or sum(exact, Fraction(0)) != 1:
+                return None
+            phases.append(Phase(start, exact))
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
         return None
+    starts = [p.start for p in phases]
+    if not phases or starts[0] != 0 or any(b <= a for a, b in itertools.pairwise(starts)):
+        return None
+    return phases
+
+
+def _fraction(value: Any) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError(value)  # a description writes weights as strings
+    return Fraction(value)
