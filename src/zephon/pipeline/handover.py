@@ -113,11 +113,17 @@ def relane(
             old,
         )  # raises
     entries = state.get("lane_states", {})
-    missing = [lane for lane in range(old) if str(lane) not in entries]
+    missing: list[int] = []  # the first few (a corrupt lane count may be huge)
+    lane = 0
+    while lane < old and len(missing) < 8:
+        if str(lane) not in entries:
+            missing.append(lane)
+        lane += 1
     if missing:
+        more = " and more" if len(missing) == 8 and lane < old else ""
         raise StateMismatch(
             f"restoring a {old}-lane checkpoint into {spec.lanes} lanes needs every old lane, "
-            f"and lanes {missing} are missing: join every rank's checkpoint with "
+            f"and lanes {missing}{more} are missing: join every rank's checkpoint with "
             "Pipeline.merge_checkpoints"
         )
     splits = source.splits(old, history)
