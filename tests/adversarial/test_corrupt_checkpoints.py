@@ -149,3 +149,12 @@ def test_any_corruption_is_refused_or_restores_and_runs(
         return
     except ZephonError as exc:  # a run error must still say it is ours
         assert str(exc)
+
+
+@pytest.mark.parametrize("lanes", [3, 2])
+def test_a_huge_lane_count_is_refused_without_counting_its_lanes(lanes: int) -> None:
+    """A lane count of 10**12 (corrupt, or hand-edited) names a few missing lanes and stops:
+    counting every one of them took 24 GB."""
+    state = _set(STATE, ("lanes",), 10**12)
+    with pytest.raises(StateMismatch, match=r"lanes \[.*\] and more are missing"):
+        build(lanes=lanes).restore(state)
