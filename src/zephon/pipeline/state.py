@@ -341,7 +341,8 @@ def _past_source(spec: PipelineSpec, theirs: Any) -> Any:
     if not isinstance(theirs, dict):
         return None
     source.check_identity(theirs)
-    if all(theirs.get(k) == source.describe().get(k) for k in FUTURE):
+    ours = source.describe()
+    if all(theirs.get(k) == ours.get(k) for k in FUTURE):
         return None
     past = source.variant(theirs)
     if past.ends().counts == source.ends().counts:
