@@ -31,7 +31,7 @@ import numpy as np
 from PIL import Image
 
 from peer_run import IMPORTS as TEXT_IMPORTS
-from peer_run import TreeRSS, _without_torchvision, cli, disk_bytes
+from peer_run import TreeUsage, _without_torchvision, cli, disk_bytes
 
 BATCH, SIZE = 256, 224
 # Imported before the clock starts, as in peer_run.py (Zephon's image reader needs no torch).
@@ -203,7 +203,7 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
     for module in IMPORTS[system]:
         importlib.import_module(module)
     imported = time.perf_counter() - began
-    with TreeRSS() as rss:
+    with TreeUsage() as rss:
         started = time.perf_counter()
         first = None
         samples = id_sum = 0

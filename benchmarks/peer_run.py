@@ -10,6 +10,8 @@ things and prints one JSON line:
   exactly once: the sum of their ids);
 - ``peak_rss_mb``: the largest sum of resident memory over this process and its children,
   sampled every 20 ms;
+- ``cpu_main_s``, ``cpu_all_s``: CPU seconds of the epoch spent by this (the trainer's)
+  process, and by it and all its children (workers, helper processes);
 - ``disk_mb``: what the peer left in its local cache directory.
 
     python benchmarks/peer_run.py read SYSTEM URL CACHE_DIR WORKERS
@@ -138,7 +140,8 @@ def read_zephon(url: str, workers: int) -> Iterable[Any]:
 def read_floor(url: str, workers: int) -> Iterable[Any]:
     """Not a reader: the least any reader of this data through this server needs. Every JSONL
     object under the prefix fetched whole, all at once, and cut into batches of ``BATCH``
-    lines that nothing parses; with ``workers``, each DataLoader worker fetches its share and
+    lines that nothing parses (another format's objects are fetched and not looked at: its
+    floor); with ``workers``, each DataLoader worker fetches its share and
     its batches cross to the main process as every reader's do."""
     if not workers:
         yield from _floor_batches(url, 0, 1)
@@ -176,7 +179,12 @@ def _floor_batches(url: str, worker: int, workers: int) -> Iterator[dict[str, An
 
             return await asyncio.gather(*map(whole, sorted(keys)[worker::workers]))
 
-    for data in asyncio.run(fetch_all()):
+    objects = asyncio.run(fetch_all())
+    if not prefix.startswith("jsonl"):  # another format's bytes: fetched, nothing counted
+        share = int(os.environ["PEER_SAMPLES"]) // workers
+        yield {"id": np.zeros(share, dtype=np.int64), "text": objects}
+        return
+    for data in objects:
         lines = data.split(b"\n")[:-1]
         for at in range(0, len(lines), BATCH):
             text = lines[at : at + BATCH]
@@ -257,16 +265,24 @@ READERS: dict[str, Callable[[str, int], Iterable[Any]]] = {
 WRITERS = {"mosaic": write_mds, "litdata": write_litdata, "webdataset": write_webdataset}
 
 
-class TreeRSS:
-    """Peak of the summed resident memory of this process and its descendants."""
+class TreeUsage:
+    """Peak of the summed resident memory of this process and its descendants, and their CPU
+    seconds, sampled every 20 ms (a child's CPU time is its last sample: one that exits
+    between two samples loses at most 20 ms). ``main_cpu`` is this process's own, all its
+    threads but the sampler's."""
 
     def __init__(self) -> None:
         self.peak = 0
+        self.cpu: dict[int, float] = {}
+        self.main_cpu = 0.0
+        self._sampler_cpu = 0.0
         self._stop = threading.Event()
         self._page = os.sysconf("SC_PAGE_SIZE")
+        self._tick = os.sysconf("SC_CLK_TCK")
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> TreeRSS:
+    def __enter__(self) -> TreeUsage:
+        self._began = os.times()
         self._thread.start()
         return self
 
@@ -274,10 +290,20 @@ class TreeRSS:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, self._sample())
+        ended = os.times()
+        own = (ended.user - self._began.user) + (ended.system - self._began.system)
+        self.main_cpu = own - self._sampler_cpu
+        # Children waited for are in os.times() too; the larger of the two counts each once.
+        reaped = (ended.children_user - self._began.children_user) + (
+            ended.children_system - self._began.children_system
+        )
+        children = sum(cpu for pid, cpu in self.cpu.items() if pid != os.getpid())
+        self.all_cpu = self.main_cpu + max(children, reaped)
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
             self.peak = max(self.peak, self._sample())
+        self._sampler_cpu = time.thread_time()
 
     def _sample(self) -> int:
         """Cheap enough to run every 20 ms beside the reader: this process's descendants
@@ -299,6 +325,9 @@ class TreeRSS:
             try:
                 with open(f"/proc/{pid}/statm") as f:
                     total += int(f.read().split()[1]) * self._page
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                self.cpu[pid] = (int(fields[11]) + int(fields[12])) / self._tick
             except OSError:
                 continue
         return total
@@ -342,7 +371,7 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
     for module in IMPORTS[system]:
         importlib.import_module(module)
     imported = time.perf_counter() - began
-    with TreeRSS() as rss:
+    with TreeUsage() as usage:
         started = time.perf_counter()
         first = None
         samples = id_sum = 0
@@ -359,7 +388,9 @@ def read(system: str, url: str, cache: str, workers: int) -> dict[str, Any]:
         "wall_s": wall,
         "samples": samples,
         "id_sum": id_sum,
-        "peak_rss_mb": rss.peak / 2**20,
+        "peak_rss_mb": usage.peak / 2**20,
+        "cpu_main_s": usage.main_cpu,
+        "cpu_all_s": usage.all_cpu,
         "disk_mb": disk_bytes(cache) / 2**20,
     }
 

@@ -8,19 +8,24 @@ a fresh process with an empty local cache, through a latency proxy in its own pr
 +30 ms per request), in the main process and with 2 workers. Printed per run (median of
 ``--rounds`` by wall time): time to the first sample, samples/s over the epoch (start-up
 included), peak resident memory of all its processes, local disk left behind, requests and bytes
-fetched, and the epoch's wall time against Zephon's JSONL row and LitData's. The last row,
-``Floor``, is no reader: the JSONL objects fetched whole, all at once, lines counted and
-nothing parsed, the least any reader of this data through this server needs.
+fetched, the epoch's samples/s against LitData's and its wall time against the Floor row's, and
+CPU seconds of the reader's main process (the trainer's) and of all its processes. The last
+rows, ``Floor``, are no readers: the JSONL objects (or the tars) fetched whole, all at once,
+lines counted and nothing parsed, the least any reader of these bytes through this server needs.
+With ``--neighbour`` every reader also runs beside one CPU-bound process (what a trainer's own
+threads do to a loader).
 
 The venvs (``.venv-peers/<peer>``, torch pinned to 2.13.0) are created on first use.
 
     make bench-peers            # or: .venv/bin/python benchmarks/peers.py [--rounds 3]
+    .venv/bin/python benchmarks/peers.py --latency-ms 30 --neighbour
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -130,11 +135,14 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
     ("Zephon, JSONL, persistent index", None, "zephon", "jsonl-index", {}),
     ("Zephon, Parquet", None, "zephon", "parquet", {}),
     ("Zephon, WebDataset tars", None, "zephon", "wds", {"PEER_FORMAT": "webdataset"}),
+    ("Zephon, MDS", None, "zephon", "mds", {}),
+    ("Zephon, LitData chunks", None, "zephon", "litdata", {}),
     ("LitData 0.2.76", "litdata", "litdata", "litdata", {}),
     ("MosaicML Streaming 0.13.0", "mosaic", "mosaic", "mds", {}),
     ("WebDataset 1.0.2 (http)", "webdataset", "webdataset", "wds", {}),
     ("original zephon 0.2.0", "zephon-0.2.0", "zephon-0.2.0", "jsonl", {}),
     ("Floor: JSONL bytes, no parsing", None, "floor", "jsonl", {}),
+    ("Floor: tar bytes (twice JSONL's)", None, "floor", "wds", {}),
 ]
 
 
@@ -167,6 +175,9 @@ def with_presigned(
     return (*row[:4], {**row[4], "PEER_URLS": json.dumps(urls)})
 
 
+NEIGHBOUR = "while True: pass"  # one core kept busy, as a trainer's own threads do
+
+
 def run_one(
     row: tuple[Any, ...],
     proxy: ProxyProcess,
@@ -175,6 +186,27 @@ def run_one(
     work: Path,
     runner: Path = RUNNER,
     bucket: str = BUCKET,
+    neighbour: bool = False,
+) -> dict[str, Any]:
+    """One epoch of one reader in a fresh process (with ``neighbour``, one CPU-bound process
+    runs beside it from before it starts to after it ends)."""
+    busy = subprocess.Popen([sys.executable, "-c", NEIGHBOUR]) if neighbour else None
+    try:
+        return _run_reader(row, proxy, endpoint, workers, work, runner, bucket)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
+def _run_reader(
+    row: tuple[Any, ...],
+    proxy: ProxyProcess,
+    endpoint: Any,
+    workers: int,
+    work: Path,
+    runner: Path,
+    bucket: str,
 ) -> dict[str, Any]:
     _, venv, system, prefix, extra = row
     python = sys.executable if venv is None else peer_python(venv)
@@ -188,6 +220,7 @@ def run_one(
         "AWS_ACCESS_KEY_ID": endpoint.key,
         "AWS_SECRET_ACCESS_KEY": endpoint.secret,
         "AWS_DEFAULT_REGION": "us-east-1",
+        "PEER_SAMPLES": str(SHARDS * PER_SHARD),
         "AWS_ALLOW_HTTP": "true",
         "ZEPHON_CACHE_DIR": str(cache / "zephon"),
         "HOME": str(cache),
@@ -223,12 +256,15 @@ def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(results: dict[str, dict[str, Any]], sizes: dict[str, int], expected: int) -> None:
-    zephon = results["Zephon, JSONL (no index)"].get("wall_s")
+    """One row per reader: ``vs LitData`` is samples/s against LitData's (above 1: faster),
+    ``x Floor`` the wall time against the Floor row's, CPU the epoch's CPU seconds of the
+    reader's main process (the trainer's) and of all its processes."""
     litdata = results["LitData 0.2.76"].get("wall_s")
+    floor = results["Floor: JSONL bytes, no parsing"].get("wall_s")
     print(
-        f"{'system':<34} {'import':>7} {'first':>7} {'samples/s':>10} {'RSS MB':>7} "
-        f"{'disk MB':>8} {'requests':>8} {'MB fetched':>15} {'x Zephon':>9} "
-        f"{'x LitData':>9}"
+        f"{'system':<34} {'import':>7} {'first':>7} {'samples/s':>10} {'CPU main':>8} "
+        f"{'CPU all':>7} {'RSS MB':>7} {'disk MB':>8} {'requests':>8} {'MB fetched':>15} "
+        f"{'vs LitData':>10} {'x Floor':>8}"
     )
     for label, _, _, prefix, _ in ROWS:
         r = results[label]
@@ -241,10 +277,12 @@ def table(results: dict[str, dict[str, Any]], sizes: dict[str, int], expected: i
         flags = "" if ok else f"  WRONG: {r['samples']} samples"
         flags += f"  ({r['failed']} of the runs failed)" if r.get("failed") else ""
         rate = r["samples"] / r["wall_s"]
+        faster = f"{litdata / r['wall_s']:>9.2f}x" if litdata else f"{'-':>10}"
         print(
             f"{label:<34} {r['import_s']:>6.2f}s {r['first_s']:>6.2f}s {rate:>10,.0f} "
-            f"{r['peak_rss_mb']:>7.0f} {r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15} "
-            f"{_ratio(r['wall_s'], zephon)} {_ratio(r['wall_s'], litdata)}{flags}"
+            f"{r['cpu_main_s']:>7.2f}s {r['cpu_all_s']:>6.2f}s {r['peak_rss_mb']:>7.0f} "
+            f"{r['disk_mb']:>8.0f} {r['requests']:>8} {fetched:>15} {faster} "
+            f"{_ratio(r['wall_s'], floor)}{flags}"
         )
 
 
@@ -258,7 +296,13 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=int, nargs="*", default=[0, 30])
     parser.add_argument("--workers", type=int, nargs="*", default=[0, 2])
     parser.add_argument("--only", nargs="*", default=None, help="labels' first words to run")
+    parser.add_argument(
+        "--neighbour",
+        action="store_true",
+        help="also run every reader beside one CPU-bound process",
+    )
     args = parser.parse_args()
+    neighbours = [False, True] if args.neighbour else [False]
     rows = [r for r in ROWS if args.only is None or any(r[0].startswith(o) for o in args.only)]
     work = Path(tempfile.mkdtemp(prefix="zephon-peers-"))
     try:
@@ -273,16 +317,20 @@ def main() -> None:
                 proxy = ProxyProcess(endpoint.endpoint_url, latency / 1000)
                 proxy.start()
                 try:
-                    for workers in args.workers:
+                    for workers, busy in itertools.product(args.workers, neighbours):
                         runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in rows}
                         signed = [with_presigned(r, endpoint, proxy.url) for r in rows]
                         for _ in range(args.rounds):  # rounds interleave the systems
                             for row in signed:
-                                runs[row[0]].append(run_one(row, proxy, endpoint, workers, work))
+                                runs[row[0]].append(
+                                    run_one(row, proxy, endpoint, workers, work, neighbour=busy)
+                                )
                         print(
                             f"\n# +{latency} ms per request, "
                             f"{'main process' if not workers else f'{workers} workers'}, "
-                            f"median of {args.rounds} by wall time"
+                            f"{'beside one CPU-bound process' if busy else 'quiet'}, "
+                            f"median of {args.rounds} by wall time, "
+                            f"load {os.getloadavg()[0]:.1f}"
                         )
                         results = {label: median_run(v) for label, v in runs.items()}
                         for r in ROWS:

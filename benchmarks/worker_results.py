@@ -39,10 +39,10 @@ def image_of(sample: dict[str, Any]) -> dict[str, Any]:
 def run(kind: str, folder: str) -> dict[str, float]:
     """One epoch in this process: images/s, the main process's CPU seconds, peak RSS of all
     processes."""
-    from peer_run import TreeRSS
+    from peer_run import TreeUsage
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
-    rss = TreeRSS().__enter__()
+    rss = TreeUsage().__enter__()
     t, cpu = time.perf_counter(), time.process_time()
     ds = Dataset.from_path(kind, folder, index_cache=False)
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)

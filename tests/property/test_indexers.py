@@ -90,3 +90,36 @@ def test_index_serialisation_round_trips(values: list[int]) -> None:
         back = index_from_bytes(index.to_bytes())
         assert type(back) is type(index)
         assert back.offsets.tolist() == offsets.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(min_size=1, max_size=99).filter(lambda n: "\x00" not in n),
+    st.integers(0, 8**11 - 1),
+    st.integers(0, 511),
+    st.integers(1, 255),
+)
+def test_tar_header_checksum_agrees_with_tarfile(
+    name: str, size: int, flip_at: int, flip_by: int
+) -> None:
+    """The fast header path takes what tarfile takes and refuses a changed byte that tarfile
+    refuses (outside the checksum field, every change moves the sum)."""
+    from zephon.formats.webdataset import _header
+
+    info = tarfile.TarInfo(name)
+    info.size = size
+    try:
+        block = info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape")[:512]
+    except ValueError:  # a name ustar cannot hold
+        return
+    fast = _header(block)
+    assert fast is not None and fast.size == size
+    changed = bytearray(block)
+    changed[flip_at] = (changed[flip_at] + flip_by) % 256
+    try:
+        tarfile.TarInfo.frombuf(bytes(changed), "utf-8", "surrogateescape")
+        accepted = True
+    except tarfile.HeaderError:
+        accepted = False
+    if not accepted:
+        assert _header(bytes(changed)) is None

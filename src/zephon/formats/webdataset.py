@@ -9,6 +9,7 @@ padded data, so a sample is one range read and neighbouring samples coalesce.
 from __future__ import annotations
 
 import tarfile
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -41,18 +42,23 @@ class _Header:
 def _header(block: bytes) -> _Header | None:
     """The name, size and type of a plain ustar or GNU header, about ten times faster than
     ``tarfile``'s full parse (which dominated scanning a tar of small members); ``None`` for
-    anything else (base-256 sizes, a bad checksum), which ``tarfile`` then judges."""
+    anything else (base-256 sizes, a bad checksum), which ``tarfile`` then judges.
+
+    The checksum (the sum of the block's bytes, its own field counted as spaces) is compared
+    modulo 65,521 through Adler-32, whose low half is one plus that sum: C speed instead of a
+    Python sum over 512 bytes, and a block that is no header still passes only once in
+    65,521 (a sum is at most 130,560, so a wrong one differs from the right one by at most
+    one such step)."""
     magic = block[257:263]
     if magic not in (b"ustar\x00", b"ustar "):
         return None
-    size_field = block[124:136].rstrip(b"\x00 ")
-    checksum_field = block[148:156].rstrip(b"\x00 ")
     try:
-        size = int(size_field or b"0", 8)
-        checksum = int(checksum_field, 8)
+        size = int(block[124:136].rstrip(b"\x00 ") or b"0", 8)
+        checksum = int(block[148:156].rstrip(b"\x00 "), 8)
     except ValueError:
         return None
-    if checksum != sum(block[:148]) + 256 + sum(block[156:]):  # the field counts as spaces
+    byte_sum = (zlib.adler32(block) & 0xFFFF) - 1 - sum(block[148:156]) + 256
+    if (byte_sum - checksum) % 65521:
         return None
     name = block[:100].split(b"\x00", 1)[0]
     if magic == b"ustar\x00" and block[345] != 0:  # POSIX ustar: a prefix before the name
@@ -145,7 +151,7 @@ class TarIndexer:
                 break
             block = buf[at : at + _BLOCK]
             header_at = self._pos + at
-            if block == b"\0" * _BLOCK:
+            if block == _ZERO_BLOCK:
                 self.ended = True
                 break
             info = _header(block) or _full_header(block, header_at)
