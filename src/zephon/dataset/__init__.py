@@ -4,10 +4,12 @@
 | --- | --- |
 | ``builders`` | Per-format index building: the only place where discovery reads shard bytes |
 | ``cache`` | Where shard indexes are kept between runs |
+| ``construct`` | How a Dataset is made: discovered from a path, or from in-memory records |
 | ``core`` | The Dataset: a named, ordered collection of shards with known sample counts |
 | ``discover`` | Discovery: from a path to a :class:`~zephon.dataset.core.Dataset` |
 | ``locate`` | Where a dataset is: the objects a path names |
 | ``records`` | in-memory records as JSONL shards in the memory store (``from_records``) |
+| ``share`` | A persistent index read by one rank and broadcast to its process group |
 | ``selecting`` | the Dataset's take, skip, split and exclude (a mixin) |
 | ``selection`` | take, skip, split and exclude: the samples of each shard a dataset keeps |
 | ``sync`` | discovery and reads from synchronous code, in a notebook too |

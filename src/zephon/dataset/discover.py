@@ -327,6 +327,7 @@ async def discover(
     index_uri: str | None = None,
     keep_scan_bytes: int = 0,
     keep_scan_disk_bytes: int = 0,
+    broadcast_index: bool = True,
 ) -> Discovered:
     """Find a dataset's shards and build every shard index (see the module docstring).
     Long because it is the one place where the discovery paths (persistent index, listing,
@@ -338,7 +339,7 @@ async def discover(
     ctx = _Context(name, storage, cache, list(columns) if columns else None, allow_pickle, stats)
     before = (storage.stats.requests, storage.stats.bytes_read)
     try:
-        where = await locate(storage, path, index_uri, format, name, cache)
+        where = await locate(storage, path, index_uri, format, name, cache, broadcast_index)
         objects, root = where.objects, where.root
         stats.listed = len(objects) if where.listed else 0
         ctx.root = root

@@ -1,12 +1,14 @@
 """Where a dataset is: the objects a path names, or the persistent index that names them.
 
-A directory (a prefix) with a persistent index (``zephon index``) is found with one HEAD and
-one GET of the index, never a listing: the index names every shard with its size and version,
-and reads stay pinned to those versions (a rewritten shard still raises ``ObjectChanged``).
-So a thousand ranks starting at once make two requests each instead of a paginated listing
-each. Without an index, the prefix is listed. The local index cache notes a prefix seen
-without an index; next time the index probe and the listing go out together (one round trip
-before the first sample instead of two), and an index that has appeared since still wins.
+A directory (a prefix) with a persistent index (``zephon index``) is found with one GET of the
+index, never a listing: the index names every shard with its size and version, and reads stay
+pinned to those versions (a rewritten shard still raises ``ObjectChanged``). So a thousand
+ranks starting at once make one request each instead of a paginated listing each, and under an
+initialised ``torch.distributed`` one request in all: rank 0 reads the index and broadcasts it
+(:mod:`zephon.dataset.share`). Without an index, the prefix is listed. The local index cache
+notes a prefix seen without an index; next time the index probe and the listing go out
+together (one round trip before the first sample instead of two), and an index that has
+appeared since still wins.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
+from zephon.dataset.share import shared_read
 from zephon.errors import ConfigError, FormatError, NotFound
 from zephon.refs import ObjectInfo, path_of
 from zephon.storage import ManagedStorage
@@ -69,6 +72,7 @@ async def locate(
     format: str | None,
     name: str,
     cache: IndexCache | None = None,
+    broadcast: bool = True,
 ) -> Located:
     """The dataset's objects: from its persistent index when a prefix has one (or ``index_uri``
     names one), else from a listing, a glob or the named objects."""
@@ -79,7 +83,9 @@ async def locate(
             together = cache is not None and index_uri is None and cache.saw_no_index(root)
             listing = asyncio.ensure_future(_resolve(storage, path)) if together else None
             try:
-                found = await _persistent(storage, index_uri or root + PERSISTENT_INDEX_NAME, name)
+                found = await _persistent(
+                    storage, index_uri or root + PERSISTENT_INDEX_NAME, name, broadcast
+                )
             except BaseException:
                 await _cancel(listing)
                 raise
@@ -113,16 +119,29 @@ async def _cancel(task: asyncio.Future[Any] | None) -> None:
 _FIRST_READ = 1 << 20  # an index this small (about 10,000 shards) comes in one GET
 
 
-async def _persistent(storage: ManagedStorage, uri: str, name: str) -> PersistentIndex | None:
+async def _persistent(
+    storage: ManagedStorage, uri: str, name: str, broadcast: bool
+) -> PersistentIndex | None:
     """The persistent index at ``uri``, or ``None``. One GET, no HEAD first: every request
-    before the first sample is a round trip every rank pays."""
-    try:
+    before the first sample is a round trip every rank pays; with ``broadcast`` and an
+    initialised ``torch.distributed``, only rank 0 pays it (see :mod:`zephon.dataset.share`)."""
+
+    async def read() -> bytes:
         raw = await storage.read(uri, 0, _FIRST_READ)
-    except NotFound:
+        if len(raw) == _FIRST_READ:  # a larger index: the rest, pinned to what was just read
+            info = await storage.stat(uri)
+            raw = await read_whole(storage, info)
+        return raw
+
+    if broadcast:
+        raw = await shared_read(uri, read)
+    else:
+        try:
+            raw = await read()
+        except NotFound:
+            raw = None
+    if raw is None:
         return None
-    if len(raw) == _FIRST_READ:  # a larger index: the rest, pinned to what was just read
-        info = await storage.stat(uri)
-        raw = await read_whole(storage, info)
     try:
         return PersistentIndex.from_bytes(raw)
     except ValueError as exc:
