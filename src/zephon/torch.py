@@ -46,17 +46,34 @@ __all__ = [
 LOADED = "zephon_loaded"  # a worker state as loader_state() gave it (see loader_checkpoint)
 
 
-def to_tensors(value: Any, pin_memory: bool = False) -> Any:
+BY_VALUE_BYTES = 1 << 20  # a worker's tensors up to this size cross to the trainer by value
+
+
+class _ByValue(torch.Tensor):
+    """A small tensor a ``DataLoader`` worker sends to the trainer's process by value: it
+    arrives as a plain tensor built from its bytes. Sent as torch sends tensors (its memory
+    shared, the file descriptor handed over through a fresh authenticated connection per
+    tensor), a batch of small tensors cost the trainer about half a millisecond of CPU each,
+    many times copying their bytes; a batch's large tensors (images) still go that way."""
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return (torch.from_numpy, (self.numpy(),))
+
+
+def to_tensors(value: Any, pin_memory: bool = False, by_value: int = 0) -> Any:
     """numpy arrays (also inside dicts, lists, tuples) as tensors sharing their memory;
     ``pin_memory`` pins them where there is an accelerator to copy them to (as ``DataLoader``
-    does: without one, a warning once and plain tensors)."""
+    does: without one, a warning once and plain tensors). Unpinned tensors of at most
+    ``by_value`` bytes are sent by value when pickled (see :class:`_ByValue`)."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         tensor = torch.from_numpy(np.ascontiguousarray(value))
-        return tensor.pin_memory() if pin_memory and _pinnable() else tensor
+        if pin_memory and _pinnable():
+            return tensor.pin_memory()
+        return tensor.as_subclass(_ByValue) if tensor.nbytes <= by_value else tensor
     if isinstance(value, dict):
-        return {k: to_tensors(v, pin_memory) for k, v in value.items()}
+        return {k: to_tensors(v, pin_memory, by_value) for k, v in value.items()}
     if isinstance(value, list | tuple) and value and isinstance(value[0], np.ndarray):
-        return type(value)(to_tensors(v, pin_memory) for v in value)
+        return type(value)(to_tensors(v, pin_memory, by_value) for v in value)
     return value
 
 
@@ -112,8 +129,9 @@ class ZephonIterableDataset(IterableDataset[Any]):
                 pass
         pipe = self._active = self._restored()
         self._prepared = None
+        by_value = BY_VALUE_BYTES if get_worker_info() is not None else 0
         for item in pipe.iter():
-            yield to_tensors(item, self.pin_memory)
+            yield to_tensors(item, self.pin_memory, by_value)
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint (JSON) of this worker's share, for ``StatefulDataLoader``.

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -51,6 +52,32 @@ def test_pin_memory_pins_where_an_accelerator_is_and_warns_where_none_is(root: s
     with pytest.warns(RuntimeWarning, match="no accelerator"):
         batches = list(pipe)
     assert batches and not batches[0]["input_ids"].is_pinned()
+
+
+def _with_pixels(batch: dict[str, Any]) -> dict[str, Any]:
+    return {**batch, "pixels": np.full((1024, 1024, 3), batch["input_ids"][0, 0], np.uint8)}
+
+
+def test_dataloader_workers_send_small_tensors_by_value_and_large_ones_shared(root: str) -> None:
+    """A batch's small tensors cross to the trainer by value (a shared tensor costs the
+    trainer a connection to the worker per tensor), large ones through shared memory; both
+    arrive as plain tensors equal to what the pipeline gave."""
+    from torch.utils.data import DataLoader
+
+    def pipe() -> Any:
+        return build(root, 0, 1).map(_with_pixels)
+
+    alone = list(DataLoader(pipe().to_torch_dataset(), batch_size=None))
+    mp = {"num_workers": 2, "multiprocessing_context": "forkserver"}
+    got = list(DataLoader(pipe().to_torch_dataset(), batch_size=None, **mp))
+    assert sorted(b["input_ids"].tolist() for b in got) == sorted(
+        b["input_ids"].tolist() for b in alone
+    )
+    for b in got:
+        assert type(b["input_ids"]) is torch.Tensor and type(b["pixels"]) is torch.Tensor
+        assert not b["input_ids"].is_shared()  # 512 bytes: by value
+        assert b["pixels"].is_shared() and b["pixels"].shape == (1024, 1024, 3)  # 3 MB
+        assert int(b["pixels"][5, 5, 0]) == int(b["input_ids"][0, 0]) % 256
 
 
 def test_dataloader_and_stateful_dataloader_resume(root: str) -> None:

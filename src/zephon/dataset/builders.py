@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 
 from zephon.errors import FormatError, first_error
-from zephon.formats import jsonl, parquet, records, webdataset
+from zephon.formats import jsonl
 from zephon.formats.compression import StreamDecompressor, inflate_limit, stream_kind
 from zephon.formats.index import RecordIndex, RowGroupIndex, StreamIndex
 from zephon.refs import ObjectInfo
@@ -83,6 +83,8 @@ async def build_jsonl(
 async def build_parquet(
     storage: ManagedStorage, info: ObjectInfo, dataset: str, columns: list[str] | None
 ) -> RowGroupIndex:
+    from zephon.formats import parquet
+
     probe = min(info.size_bytes, parquet.FOOTER_PROBE_BYTES)
     tail = await storage.read(
         info.uri, info.size_bytes - probe, info.size_bytes, version=info.version
@@ -102,6 +104,8 @@ async def build_parquet(
 async def build_tar(
     storage: ManagedStorage, info: ObjectInfo, dataset: str, keep: ScanKeep | None = None
 ) -> RecordIndex:
+    from zephon.formats import webdataset
+
     indexer = webdataset.TarIndexer()
     try:
         await scan_object(storage, info, indexer.feed, keep)
@@ -115,6 +119,8 @@ async def build_records(
     storage: ManagedStorage, info: ObjectInfo, dataset: str, num_samples: int
 ) -> RecordIndex:
     """MDS and LitData: the header holds the offsets; one range read."""
+    from zephon.formats import records
+
     data = await storage.read(info.uri, 0, records.header_bytes(num_samples), version=info.version)
     try:
         return records.parse_offsets_header(data, num_samples, info.size_bytes)

@@ -26,7 +26,6 @@ from zephon.dataset.names import not_a_shard as _hidden
 from zephon.dataset.registry import FORMATS as FORMATS_BY_NAME
 from zephon.dataset.registry import SHARD_FORMATS
 from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
-from zephon.formats import parquet as parquet_format
 from zephon.formats.codec import Codec
 from zephon.formats.index import (
     FragmentIndex,
@@ -36,9 +35,6 @@ from zephon.formats.index import (
     WholeIndex,
 )
 from zephon.formats.jsondata import parse_json
-from zephon.formats.lance import lance_shards
-from zephon.formats.litdata import LitDataCodec, parse_litdata_index
-from zephon.formats.mds import MdsCodec, parse_mds_index
 from zephon.formats.project import ProjectedCodec
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage
@@ -134,6 +130,8 @@ async def _index_for(
 
 def _rebuild_columns(index: AnyIndex, info: ObjectInfo, ctx: _Context) -> AnyIndex:
     if isinstance(index, RowGroupIndex) and ctx.columns is not None:
+        from zephon.formats import parquet as parquet_format
+
         try:
             return parquet_format.index_from_footer(index.footer, info.size_bytes, ctx.columns)
         except parquet_format.MissingColumns as exc:
@@ -210,6 +208,8 @@ async def _indexed_format(
             raw = await read_whole(ctx.storage, index_json)
         try:
             if fmt == "mds":
+                from zephon.formats.mds import parse_mds_index
+
                 specs = parse_mds_index(raw)
                 names = [s.basename for s in specs]
                 counts = [s.num_samples for s in specs]
@@ -223,6 +223,8 @@ async def _indexed_format(
                     },
                 }
             else:
+                from zephon.formats.litdata import parse_litdata_index
+
                 chunks, config = parse_litdata_index(raw)
                 names = [c[0] for c in chunks]
                 counts = [c[1] for c in chunks]
@@ -247,6 +249,9 @@ async def _indexed_format(
             for name, info, count in zip(names, infos, counts, strict=True)
         ]
     )
+    from zephon.formats.litdata import LitDataCodec
+    from zephon.formats.mds import MdsCodec
+
     if fmt == "mds":
         columns = {
             ctx.root + name: (cols[0], cols[1], cols[2]) for name, cols in meta["columns"].items()
@@ -404,6 +409,8 @@ async def discover_lance(
     name: str, path: str, options: dict[str, Any], columns: Sequence[str] | None
 ) -> Discovered:
     """The Lance dataset at ``path``: its manifest read (no listing, no shard bytes)."""
+    from zephon.formats.lance import lance_shards
+
     started = time.perf_counter()
     root, shards, indexes, codec, meta = await lance_shards(name, path, options, columns)
     stats = DiscoveryStats()

@@ -10,16 +10,13 @@ are listed too, with the discovery that reads that metadata.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from zephon.dataset.builders import build_jsonl, build_parquet, build_tar
 from zephon.formats.codec import Codec
-from zephon.formats.jsonl import JsonlCodec
-from zephon.formats.parquet import ParquetCodec
-from zephon.formats.vortex import VortexCodec, vortex_index
-from zephon.formats.webdataset import WebDatasetCodec
 from zephon.refs import ObjectInfo
 from zephon.storage import ManagedStorage
 from zephon.storage.keep import ScanKeep
@@ -63,6 +60,12 @@ class Format:
     projects_itself: bool = False
 
 
+def _format(name: str) -> Any:
+    """A format's module, imported when a dataset of that format is first found: reading
+    JSONL never loads pyarrow."""
+    return importlib.import_module(f"zephon.formats.{name}")
+
+
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
@@ -71,14 +74,14 @@ FORMATS: dict[str, Format] = {
             "extension",
             tuple(f"{base}{z}" for base in (".jsonl", ".json") for z in JSONL_COMPRESSIONS),
             lambda ctx, info: build_jsonl(ctx.storage, info, ctx.name, ctx.keep),
-            lambda ctx: JsonlCodec(ctx.name),
+            lambda ctx: _format("jsonl").JsonlCodec(ctx.name),
         ),
         Format(
             "parquet",
             "extension",
             (".parquet", ".pq"),
             lambda ctx, info: build_parquet(ctx.storage, info, ctx.name, None),
-            lambda ctx: ParquetCodec(ctx.name, ctx.columns),
+            lambda ctx: _format("parquet").ParquetCodec(ctx.name, ctx.columns),
             projects_itself=True,
         ),
         Format("mds", "index_json"),
@@ -87,15 +90,17 @@ FORMATS: dict[str, Format] = {
             "extension",
             (".tar",),
             lambda ctx, info: build_tar(ctx.storage, info, ctx.name, ctx.keep),
-            lambda ctx: WebDatasetCodec(ctx.name),
+            lambda ctx: _format("webdataset").WebDatasetCodec(ctx.name),
         ),
         Format("litdata", "index_json"),
         Format(
             "vortex",
             "extension",
             (".vortex",),
-            lambda ctx, info: vortex_index(ctx.storage, info, ctx.name, ctx.columns),
-            lambda ctx: VortexCodec(ctx.name, ctx.root, ctx.columns),
+            lambda ctx, info: _format("vortex").vortex_index(
+                ctx.storage, info, ctx.name, ctx.columns
+            ),
+            lambda ctx: _format("vortex").VortexCodec(ctx.name, ctx.root, ctx.columns),
             projects_itself=True,
         ),
         Format("lance", "manifest", projects_itself=True),
