@@ -11,7 +11,8 @@ against a bare loop.
    same bytes held in memory by a pool of 2 processes. Images/s over one epoch, first batch,
    bytes fetched, and the CPU time of Zephon's own process (user and system).
 3. ``--peers``: ``--images`` such JPEGs (default 20,000) with labels, written by each system's own
-   writer (WebDataset ``TarWriter``, ``litdata.optimize``, ``MDSWriter``), on one moto server at
+   writer (WebDataset ``TarWriter``, ``litdata.optimize``, ``MDSWriter``; Parquet files of
+   ``id`` and ``jpg`` with row groups of 256 images, read by Zephon), on one moto server at
    +30 ms; decode -> random-resized-crop 224 -> flip -> batches of 256 with 2 worker processes
    (Zephon: ``processes=2``; peers: DataLoader ``num_workers=2``), one shuffled epoch each in a
    fresh process (``benchmarks/peer_images.py`` in each peer's venv), against the bare
@@ -22,6 +23,7 @@ against a bare loop.
     .venv/bin/python benchmarks/images.py                         # parts 1 and 2
     .venv/bin/python benchmarks/images.py --peers --images 20000   # part 3
     .venv/bin/python benchmarks/images.py --peers --only Zephon --rounds 3   # part 3, some rows
+    .venv/bin/python benchmarks/images.py --peers --workers 0 2   # main process, 2 workers
 """
 
 from __future__ import annotations
@@ -239,6 +241,7 @@ PEER_ROWS = [  # label, venv (None: ours), system, prefix, extra environment
     ("Zephon, LitData's chunks", None, "zephon", "litdata", {}),
     ("Zephon, LitData's chunks + index", None, "zephon", "litdata",
      {"PEER_INDEX": "s3://images/indexes/litdata.json"}),
+    ("Zephon, Parquet", None, "zephon", "parquet", {}),
     ("LitData 0.2.76", "litdata", "litdata", "litdata", {}),
     ("WebDataset 1.0.2 (http)", "webdataset", "webdataset", "wds", {}),
     ("MosaicML Streaming 0.13.0", "mosaic", "mosaic", "mds", {}),
@@ -278,6 +281,7 @@ def prepare_peers(endpoint: Any, work: Path, data: list[bytes]) -> dict[str, int
         sizes[prefix] = total
         shutil.rmtree(out)  # the disk holds one copy at a time
     shutil.rmtree(folder)
+    sizes["parquet"] = write_parquet(client, data)
     tars = Dataset.from_path(
         "imgs",
         "s3://images/wds/",
@@ -296,7 +300,30 @@ def prepare_peers(endpoint: Any, work: Path, data: list[bytes]) -> dict[str, int
     return sizes
 
 
-def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
+def write_parquet(client: Any, data: list[bytes], per_file: int = 1000) -> int:
+    """The JPEGs with their ids as Parquet files (row groups of 256), uploaded; their bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    total = 0
+    for at in range(0, len(data), per_file):
+        part = data[at : at + per_file]
+        table = pa.table(
+            {"id": list(range(at, at + len(part))), "jpg": pa.array(part, pa.binary())}
+        )
+        sink = io.BytesIO()
+        pq.write_table(table, sink, row_group_size=256)
+        body = sink.getvalue()
+        client.put_object(
+            Bucket="images", Key=f"parquet/part-{at // per_file:05d}.parquet", Body=body
+        )
+        total += len(body)
+    return total
+
+
+def part3(
+    n: int, rounds: int, only: list[str] | None = None, workers: tuple[int, ...] = (2,)
+) -> None:
     import peers
 
     chosen = [r for r in PEER_ROWS if only is None or any(r[0].startswith(o) for o in only)]
@@ -311,24 +338,30 @@ def part3(n: int, rounds: int, only: list[str] | None = None) -> None:
             proxy.start()
             runner = Path(__file__).parent / "peer_images.py"
             try:
-                runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in chosen}
                 rows = [peers.with_presigned(r, endpoint, proxy.url, "images") for r in chosen]
-                for _ in range(rounds):  # rounds interleave the systems
-                    bares.append(bare_rate(data))
-                    for row in rows:
-                        runs[row[0]].append(
-                            peers.run_one(row, proxy, endpoint, 2, work, runner, "images")
-                        )
+                for w in workers:
+                    runs: dict[str, list[dict[str, Any]]] = {r[0]: [] for r in chosen}
+                    for _ in range(rounds):  # rounds interleave the systems
+                        bares.append(bare_rate(data))
+                        for row in rows:
+                            runs[row[0]].append(
+                                peers.run_one(row, proxy, endpoint, w, work, runner, "images")
+                            )
+                    results = {label: peers.median_run(v) for label, v in runs.items()}
+                    peer_table(results, sizes, n, statistics.median(bares), rounds, w)
             finally:
                 proxy.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results = {label: peers.median_run(v) for label, v in runs.items()}
-    peer_table(results, sizes, n, statistics.median(bares), rounds)
 
 
 def peer_table(
-    results: dict[str, dict[str, Any]], sizes: dict[str, int], n: int, bare: float, rounds: int
+    results: dict[str, dict[str, Any]],
+    sizes: dict[str, int],
+    n: int,
+    bare: float,
+    rounds: int,
+    workers: int = 2,
 ) -> None:
     """The part 3 table: one row per system, ratios to the best peer and the bare loop."""
 
@@ -340,7 +373,8 @@ def peer_table(
     peer = f"best peer {best:,.0f} images/s" if best else "no peer run"
     print(
         f"\n# 3. {n:,} JPEGs at +30 ms: decode -> random-resized-crop 224 -> flip -> batch "
-        f"256, 2 worker processes, median of {rounds}; bare 2-process loop {bare:,.0f} "
+        f"256, {f'{workers} worker processes' if workers else 'main process'}, median of "
+        f"{rounds}, load {os.getloadavg()[0]:.1f}; bare 2-process loop {bare:,.0f} "
         f"images/s; {peer}"
     )
     print(
@@ -372,9 +406,15 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", nargs="*", default=None, help="part 3: labels' first words")
+    parser.add_argument(
+        "--workers", type=int, nargs="*", default=[2], help="part 3: 0 is the main process"
+    )
     args = parser.parse_args()
     if args.peers:
-        part3(args.images, args.rounds, args.only)
+        import peers
+
+        peers.compile_zephon()
+        part3(args.images, args.rounds, args.only, tuple(args.workers))
         return
     part1()
     pipeline_vs_bare(4000)

@@ -127,7 +127,7 @@ def read_zephon(url: str, workers: int) -> Iterable[Any]:
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
     fmt = os.environ.get("PEER_FORMAT") or None
-    ds = Dataset.from_path("web", url, format=fmt)
+    ds = Dataset.from_path("web", url, format=fmt, index=os.environ.get("PEER_INDEX") or None)
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
     pipe = Pipeline(ws, rank=0, world_size=1, lanes=max(1, workers))
     if not workers:

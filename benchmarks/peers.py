@@ -135,6 +135,14 @@ def prepare(endpoint: Any, work: Path) -> dict[str, int]:
             capture_output=True,
         )
         sizes[prefix] = upload(client, out, prefix)
+    tars = Dataset.from_path(
+        "web",
+        f"s3://{BUCKET}/wds/",
+        format="webdataset",
+        storage_options=options,
+        index_cache=False,
+    )
+    asyncio.run(tars.awrite_index(f"s3://{BUCKET}/indexes/wds.json"))
     return sizes
 
 
@@ -143,6 +151,8 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
     ("Zephon, JSONL, persistent index", None, "zephon", "jsonl-index", {}),
     ("Zephon, Parquet", None, "zephon", "parquet", {}),
     ("Zephon, WebDataset tars", None, "zephon", "wds", {"PEER_FORMAT": "webdataset"}),
+    ("Zephon, tars, persistent index", None, "zephon", "wds",
+     {"PEER_FORMAT": "webdataset", "PEER_INDEX": f"s3://{BUCKET}/indexes/wds.json"}),
     ("Zephon, MDS", None, "zephon", "mds", {}),
     ("Zephon, LitData chunks", None, "zephon", "litdata", {}),
     ("LitData 0.2.76", "litdata", "litdata", "litdata", {}),
@@ -151,7 +161,7 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
     ("original zephon 0.2.0", "zephon-0.2.0", "zephon-0.2.0", "jsonl", {}),
     ("Floor: JSONL bytes, no parsing", None, "floor", "jsonl", {}),
     ("Floor: tar bytes (twice JSONL's)", None, "floor", "wds", {}),
-]
+]  # fmt: skip
 
 
 def with_presigned(
