@@ -381,6 +381,39 @@ async def test_a_scanned_dataset_is_fetched_once_in_its_first_epoch(
     assert plain.stats()["fetch"]["scan_reused_bytes"] == 0
 
 
+async def test_parquet_footer_probes_serve_the_first_epoch(
+    tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str
+) -> None:
+    """Discovery reads each small file's last 64 KiB (the footer and the row groups before
+    it); the first epoch fetches only the rest, so the two together fetch each byte about
+    once (they fetched 1.5x before)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    for f in range(6):
+        ids = list(range(f * 2000, (f + 1) * 2000))
+        text = [rng.bytes(40).hex() for _ in ids]  # incompressible: ~150 KB a file
+        pq.write_table(
+            pa.table({"id": ids, "text": text}), src / f"p{f}.parquet", row_group_size=500
+        )
+    size = sum(p.stat().st_size for p in src.iterdir())
+    options = s3_endpoint.storage_options()
+    base = f"s3://{s3_bucket}/pq/"
+    await _upload(base, options, src)
+    ds = await Dataset.afrom_path("t", base, storage_options=options, index_cache=False)
+    ws = StaticMixtureWorkSource([ds], seed=1, stop_after_passes=1)
+    pipe = Pipeline(ws, lanes=2, range_cache_bytes=0)
+    ids = sorted([s["id"] async for s in pipe])
+    assert ids == list(range(12000))
+    fetched = ds.discovery_stats.bytes_read + pipe.stats()["fetch"]["bytes"]
+    assert ds.discovery_stats.bytes_read > 0.3 * size  # the probes: a large part of each file
+    assert fetched <= 1.05 * size
+    assert pipe.stats()["fetch"]["scan_reused_bytes"] > 0.25 * size
+
+
 @pytest.mark.parametrize("server", ["s3", "gcs"])
 async def test_exactly_once_per_pass_from_cloud_servers(
     server: str, tmp_path: Path, request: pytest.FixtureRequest

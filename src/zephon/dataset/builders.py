@@ -81,8 +81,14 @@ async def build_jsonl(
 
 
 async def build_parquet(
-    storage: ManagedStorage, info: ObjectInfo, dataset: str, columns: list[str] | None
+    storage: ManagedStorage,
+    info: ObjectInfo,
+    dataset: str,
+    columns: list[str] | None,
+    keep: ScanKeep | None = None,
 ) -> RowGroupIndex:
+    """The footer, from a probe of the file's end (one more read for a larger footer). The
+    probe's bytes before the footer (row-group data) go to ``keep`` for the first epoch."""
     from zephon.formats import parquet
 
     probe = min(info.size_bytes, parquet.FOOTER_PROBE_BYTES)
@@ -96,9 +102,12 @@ async def build_parquet(
                 info.uri, info.size_bytes - need, info.size_bytes - len(tail), version=info.version
             )
             tail = head + tail
-        return parquet.index_from_footer(tail[len(tail) - need :], info.size_bytes, columns)
+        index = parquet.index_from_footer(tail[len(tail) - need :], info.size_bytes, columns)
     except ValueError as exc:
         raise FormatError(str(exc), dataset=dataset, uri=info.uri) from None
+    if keep is not None and info.version and need < len(tail):
+        keep.keep(info.uri, info.version, info.size_bytes - len(tail), tail[: len(tail) - need])
+    return index
 
 
 async def build_tar(

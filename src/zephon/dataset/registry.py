@@ -80,7 +80,7 @@ FORMATS: dict[str, Format] = {
             "parquet",
             "extension",
             (".parquet", ".pq"),
-            lambda ctx, info: build_parquet(ctx.storage, info, ctx.name, None),
+            lambda ctx, info: build_parquet(ctx.storage, info, ctx.name, None, ctx.keep),
             lambda ctx: _format("parquet").ParquetCodec(ctx.name, ctx.columns),
             projects_itself=True,
         ),

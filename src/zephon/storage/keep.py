@@ -2,7 +2,8 @@
 
 Formats without random-access metadata (plain JSONL, tar) are discovered by reading every
 shard once. Without this, the first epoch of a dataset with no index reads each of those shards
-twice. A :class:`ScanKeep` holds the scan's chunks (up to a byte capacity in memory, and past
+twice. Parquet's footer probe (the last 64 KiB, most of it the last row group's data when files
+are small) is kept too: a read whose end it covers fetches only the rest. A :class:`ScanKeep` holds the scan's chunks (up to a byte capacity in memory, and past
 that up to a second capacity in an unnamed temporary file, which the system removes when it is
 closed or the process ends), a storage client serves any read lying inside them from there, and
 each chunk is let go once reads have taken (nearly) all of it, so the memory drains as the
@@ -140,6 +141,23 @@ class ScanKeep:
             chunks.served[k] += b - a
         self._let_go(uri, version, chunks, [k for k, _, _ in pieces])
         return out
+
+    def kept_tail(self, uri: str, version: str, start: int, stop: int) -> int | None:
+        """Where the kept bytes that end ``[start, stop)`` without a hole begin, when they
+        cover its end but not its start (a Parquet footer probe holds the end of the last
+        row group); else ``None``."""
+        chunks = self._objects.get((uri, version))
+        if chunks is None or stop <= start:
+            return None
+        j = bisect.bisect_right(chunks.starts, stop - 1) - 1
+        if j < 0 or chunks.starts[j] + chunks.sizes[j] < stop:
+            return None
+        while j > 0 and chunks.starts[j - 1] + chunks.sizes[j - 1] == chunks.starts[j]:
+            if chunks.starts[j] <= start:
+                break
+            j -= 1
+        cut = chunks.starts[j]
+        return cut if start < cut < stop else None
 
     def _bytes(self, stored: bytes | int, begin: int, end: int) -> bytes:
         if isinstance(stored, bytes):

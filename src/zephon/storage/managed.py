@@ -116,6 +116,11 @@ class ManagedStorage:
         kept = None
         if self.keep is not None and version is not None:
             kept = self.keep.take(uri, version, start, stop)
+            cut = None if kept is not None else self.keep.kept_tail(uri, version, start, stop)
+            if cut is not None:  # the kept bytes end the range: fetch only its head
+                tail = self.keep.take(uri, version, cut, stop)
+                if tail is not None:
+                    return await self.read(uri, start, cut, version=version) + tail
         cache = self.cache if version is not None else None
         if kept is not None and cache is None:
             return kept
