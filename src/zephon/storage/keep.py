@@ -3,14 +3,15 @@
 Formats without random-access metadata (plain JSONL, tar) are discovered by reading every
 shard once. Without this, the first epoch of a dataset with no index reads each of those shards
 twice. Parquet's footer probe (the last 64 KiB, most of it the last row group's data when files
-are small) is kept too: a read whose end it covers fetches only the rest. A :class:`ScanKeep` holds the scan's chunks (up to a byte capacity in memory, and past
-that up to a second capacity in an unnamed temporary file, which the system removes when it is
-closed or the process ends), a storage client serves any read lying inside them from there, and
-each chunk is let go once reads have taken (nearly) all of it, so the memory drains as the
-epoch advances; :meth:`ScanKeep.clear` drops what is left when the pipeline that owns it stops.
-A pipeline counts what it holds in memory in its fetch budget (:meth:`ScanKeep.trim` moves the
-rest to the file), so kept bytes never add to the memory the budget promises. Reads from the
-file are page-cache reads of a local file: far cheaper than a second request to the store.
+are small) is kept too: a read whose end it covers fetches only the rest. A :class:`ScanKeep`
+holds the scan's chunks (up to a byte capacity in memory, and past that up to a second capacity
+in an unnamed temporary file, which the system removes when it is closed or the process ends),
+a storage client serves any read lying inside them from there, and each chunk is let go once
+reads have taken (nearly) all of it, so the memory drains as the epoch advances;
+:meth:`ScanKeep.clear` drops what is left when the pipeline that owns it stops. A pipeline
+counts what it holds in memory in its fetch budget (:meth:`ScanKeep.trim` moves the rest to the
+file), so kept bytes never add to the memory the budget promises. Reads from the file are
+page-cache reads of a local file: far cheaper than a second request to the store.
 """
 
 from __future__ import annotations
