@@ -24,7 +24,7 @@ from zephon.formats.codec import BaseCodec
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.formats.jsondata import count, parse_json
-from zephon.formats.records import inflate_records, raw_image
+from zephon.formats.records import Vector, decode_columns, inflate_records, raw_image
 from zephon.refs import ShardInfo
 
 __all__ = ["LITDATA_CODECS", "LitDataCodec", "parse_litdata_index"]
@@ -147,6 +147,12 @@ def parse_litdata_index(data: bytes) -> tuple[list[tuple[str, int, int]], dict[s
     return chunks, config
 
 
+_LEAF_VECTORS: dict[str, Vector] = {  # what decode_columns reads in one go: Python values
+    "int": (np.dtype("<i8"), True),
+    "float": (np.dtype("<f8"), True),
+}
+
+
 def _leaf_decoder(name: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
     kind, _, arg = name.partition(":")
     if kind in ("str", "text"):
@@ -202,7 +208,7 @@ MAX_SPEC_DEPTH = 64  # pytrees of samples nest a few levels; the bound keeps the
 def _check_spec(spec: Any, leaves: int) -> None:
     """Refuses a ``data_spec`` pytree that :func:`_unflatten` could not walk with ``leaves``
     leaves: a node of an unknown type or shape, dict keys that do not match its children,
-    nesting deeper than :data:`MAX_SPEC_DEPTH`."""
+    nesting deeper than :data:`MAX_SPEC_DEPTH`. Keeps each dict node's parsed keys in it."""
     found = 0
     stack = [(spec, 1)]
     while stack:
@@ -222,6 +228,7 @@ def _check_spec(spec: Any, leaves: int) -> None:
                 raise ValueError("a dict node's context does not name each of its children")
             if not all(isinstance(k, str | int | float | bool) or k is None for k in keys):
                 raise ValueError("a dict node's keys must be JSON scalars")
+            node["keys"] = keys  # parsed once here, not per sample
         stack.extend((child, depth + 1) for child in children)
     if found != leaves:
         raise ValueError(f"data_spec has {found} leaves but data_format {leaves}")
@@ -237,8 +244,7 @@ def _unflatten(spec: dict[str, Any], leaves: list[Any], pos: int) -> tuple[Any, 
         value, pos = _unflatten(child, leaves, pos)
         values.append(value)
     if kind in ("builtins.dict", "collections.OrderedDict"):
-        keys = parse_json(spec["context"])
-        return dict(zip(keys, values, strict=True)), pos
+        return dict(zip(spec["keys"], values, strict=True)), pos
     if kind == "builtins.tuple":
         return tuple(values), pos
     if kind == "builtins.list":
@@ -273,10 +279,15 @@ class LitDataCodec(BaseCodec):
     def _setup(self) -> None:
         formats = list(self.config["data_format"])
         self._decoders = [_leaf_decoder(name, self.allow_pickle) for name in formats]
+        self._vectors = [_LEAF_VECTORS.get(name) for name in formats]
         spec = self.config.get("data_spec")
         self._spec = parse_json(spec)[1] if spec else None
+        self._flat: list[Any] | None = None
         if self._spec is not None:
             _check_spec(self._spec, len(formats))
+            children = self._spec.get("children_spec") or []
+            if "keys" in self._spec and all(c.get("type") is None for c in children):
+                self._flat = self._spec["keys"]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "config": self.config, "allow_pickle": self.allow_pickle}
@@ -301,8 +312,24 @@ class LitDataCodec(BaseCodec):
             index, blob = inflate_records(
                 shard, index, blob, self._inflated, LITDATA_CODECS, self.dataset, raw_declared=False
             )
-        out = []
         n = len(self._decoders)
+        columns = decode_columns(
+            blob, index.offsets, samples, [None] * n, self._decoders, self._vectors
+        )
+        if columns is not None:
+            rows = (list(leaves) for leaves in zip(*columns, strict=True))
+            if not self._spec:
+                return list(rows)
+            if self._flat is not None:  # a dict of leaves, the common case
+                keys = self._flat
+                return [
+                    dict(zip(keys, leaves, strict=True)) for leaves in zip(*columns, strict=True)
+                ]
+            try:
+                return [_unflatten(self._spec, leaves, 0)[0] for leaves in rows]
+            except (ValueError, IndexError, KeyError, TypeError):
+                pass  # decoded one by one below, which names the sample
+        out = []
         for i in samples:
             data = blob.slice(int(index.offsets[i]), int(index.offsets[i + 1]))
             try:

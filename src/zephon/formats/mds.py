@@ -23,7 +23,7 @@ from zephon.formats.codec import BaseCodec
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.formats.jsondata import count, parse_json
-from zephon.formats.records import inflate_records, raw_image
+from zephon.formats.records import Vector, decode_columns, inflate_records, raw_image
 from zephon.refs import ShardInfo
 
 __all__ = ["MdsCodec", "MdsShardSpec", "parse_mds_index"]
@@ -121,6 +121,16 @@ def _ndarray(spec: str) -> Callable[[memoryview], Any]:
     return decode
 
 
+def _vector(encoding: str) -> Vector | None:
+    """How :func:`~zephon.formats.records.decode_columns` reads a fixed-size scalar column
+    in one go, giving the values :func:`_decoder`'s function gives one by one."""
+    if encoding in _SCALARS:
+        return _SCALARS[encoding], False  # numpy scalars
+    if encoding == "int":
+        return np.dtype(np.int64), True  # Python ints
+    return None
+
+
 def _decoder(encoding: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
     if encoding in _SCALARS:
         dt = _SCALARS[encoding]
@@ -213,6 +223,10 @@ class MdsCodec(BaseCodec):
             )
         names, encodings, sizes = self.columns[shard.uri]
         decoders = self._decoders_for(encodings)
+        vectors = [_vector(e) for e in encodings]
+        columns = decode_columns(blob, index.offsets, samples, sizes, decoders, vectors)
+        if columns is not None:
+            return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
         out = []
         for i in samples:
             data = blob.slice(int(index.offsets[i]), int(index.offsets[i + 1]))
