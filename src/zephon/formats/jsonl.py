@@ -128,7 +128,7 @@ class JsonlCodec(BaseCodec):
         start, stop = int(offsets[first]), int(offsets[last + 1])
         if not blob.covers(start, stop):
             return None
-        data = blob.bytes(start, stop)
+        data = blob.slice(start, stop)  # not copied
         arr = np.frombuffer(data, dtype=np.uint8)
         heads = offsets[first : last + 1] - start
         ends = offsets[first + 1 : last + 2] - start  # one past each line's newline
@@ -137,9 +137,10 @@ class JsonlCodec(BaseCodec):
             or not (arr[heads] == 123).all()  # "{"
             or not (arr[ends - 1] == 10).all()
             or not (arr[np.maximum(ends - 2, 0)] == 125).all()  # "}" right before "\n"
-            or int(np.count_nonzero(arr == 10)) != len(samples)
         ):
             return None
+        # A span holding more than its line (or a blank line) parses to more values than
+        # samples: refused below, then read line by line.
         values = parse_lines(data)
         if values is None:
             return None
