@@ -1,13 +1,14 @@
-"""Time to the first sample in a fresh process (issue 16, item 2), and where it goes.
+"""Time to the first sample in a fresh process, and where it goes.
 
 One moto server behind the latency proxy (+30 ms per request, in its own process) holds the
 peers benchmark's 64,000 JSONL documents (16 shards) with a persistent index (or, with
-``--index-cache``, without one: a listing, and shard indexes from the local index cache that
-a first, unreported run fills). Each run is a fresh Python process that imports Zephon
-(timed apart), then measures ``Dataset.from_path``,
-the first sample of a one-lane pipeline and the whole epoch. With ``--trace`` the first
-run also prints its timeline: storage client creation, each ranged GET, each decode.
-``--torch`` imports torch first, as a training process has; ``--freeze`` calls
+``--index-cache``, without one: a listing, and shard indexes from the local index cache that a
+first, unreported run fills). Each run is a fresh Python process that imports Zephon (timed
+apart), then measures ``Dataset.from_path``, the first sample of a one-lane pipeline and the
+whole epoch. ``floor``: a process that imports only numpy and aiobotocore and GETs the index
+and a shard's first MiB (what any reader on this client needs before a first sample). With
+``--trace`` the first run also prints its timeline: storage client creation, each ranged GET,
+each decode. ``--torch`` imports torch first, as a training process has; ``--freeze`` calls
 ``gc.freeze()`` after the imports (a million long-lived objects no longer traversed by the
 garbage collector's full passes).
 
@@ -76,6 +77,27 @@ print(json.dumps({"import": imported, "from_path": found, "first": first,
 """
 
 
+FLOOR = r"""
+import asyncio, json, os, sys, time
+began = time.perf_counter()
+import numpy
+from aiobotocore.session import get_session
+imported = time.perf_counter() - began
+bucket, _, key = sys.argv[1].removeprefix("s3://").partition("/")
+
+async def first_bytes():
+    async with get_session().create_client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]) as c:
+        for name in (key + "_zephon_index.json", key + "part-000.jsonl"):
+            response = await c.get_object(Bucket=bucket, Key=name, Range="bytes=0-1048575")
+            async with response["Body"] as body:
+                await body.read()
+
+t0 = time.perf_counter()
+asyncio.run(first_bytes())
+print(json.dumps({"import": imported, "first": time.perf_counter() - t0}))
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=7)
@@ -131,6 +153,18 @@ def main() -> None:
             )
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         runs = runs[args.index_cache :]
+        floors = [
+            json.loads(
+                subprocess.run(
+                    [sys.executable, "-c", FLOOR, f"s3://{BUCKET}/{prefix}/"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.strip()
+            )
+            for _ in range(args.runs)
+        ]
         how = "warm local index cache" if args.index_cache else "persistent index"
         how += ", torch imported" * args.torch + ", gc.freeze()" * args.freeze
         print(
@@ -143,6 +177,14 @@ def main() -> None:
                 f"{key:>10}: {statistics.median(values):.3f} s "
                 f"(min {min(values):.3f}, max {max(values):.3f})"
             )
+        total = statistics.median(r["import"] + r["first"] for r in runs)
+        floor = statistics.median(r["import"] + r["first"] for r in floors)
+        print(f"{'total':>10}: {total:.3f} s (import + first: a fresh process to its first sample)")
+        floor_import = statistics.median(r["import"] for r in floors)
+        print(
+            f"{'floor':>10}: {floor:.3f} s (import numpy and aiobotocore, then GET the index "
+            f"and a shard's first MiB: import {floor_import:.3f} s)"
+        )
         print("first = from Dataset.from_path to the first sample; epoch includes it")
         if args.trace:
             print("# timeline of the first run (ms from Dataset.from_path):")
