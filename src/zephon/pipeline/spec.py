@@ -226,8 +226,8 @@ def read_lines(ws: Any, lanes: int) -> list[str]:
     lines = [f"reads: about {amplification:.2f}x the samples' bytes (first chunks of lane 0)"]
     if amplification > AMPLIFICATION_WARNING:
         lines.append(
-            f"warning: the plan reads {amplification:.1f}x the data it uses: small records "
-            "shuffled far apart are read with their neighbours; shuffle='block' keeps reads "
-            "dense, and a larger range_cache_bytes serves the neighbours read twice"
+            f"warning: the plan reads {amplification:.1f}x the data it uses: samples a few "
+            "records apart (a selection's holes, say) are read with the bytes between them; a "
+            "smaller coalesce_gap_bytes reads the samples alone, in more requests"
         )
     return lines

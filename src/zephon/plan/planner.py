@@ -86,6 +86,17 @@ class WorkChunk:
         return self._requests
 
 
+def _reuse(source: StaticMixtureWorkSource, cache_bytes: int) -> float | None:
+    """For a global shuffle, the chance that bytes read between two samples of a chunk are
+    drawn by a later chunk while a range cache of ``cache_bytes`` still holds them: about the
+    share of the data the cache holds (reads fetching up to 1.3x what they carry). ``None``
+    for other shuffles, whose chunks draw a gap's samples soon (runs, blocks, shards)."""
+    if source.shuffle != "global":
+        return None
+    total = sum(s.size_bytes for d in source.datasets for s in getattr(d, "shards", ()))
+    return min(1.0, cache_bytes / (1.3 * total)) if total and cache_bytes > 0 else 0.0
+
+
 class LanePlanner:
     """Plans lane ``lane`` of a work source whose datasets are split by ``splits``."""
 
@@ -97,9 +108,11 @@ class LanePlanner:
         chunks_at_once: int | None = None,
         window_bytes: int | None = None,
         origin: float = 0,
+        cache_bytes: int = 0,
     ) -> None:
         self.source = source
         self.window_bytes = window_bytes  # see coalesce_chunks
+        self.reuse = _reuse(source, cache_bytes)
         self.lane = lane
         self.splits = splits
         self.at_once = CHUNKS_AT_ONCE if chunks_at_once is None else chunks_at_once
@@ -177,6 +190,7 @@ class LanePlanner:
             src.max_request_bytes,
             n,
             self.window_bytes,
+            self.reuse,
         )
         chunks = len(reads)
         if len(drawn) == 1:  # every pointer is that dataset's: chunk lengths are the counts
@@ -263,6 +277,7 @@ class LanePlanner:
             src.max_request_bytes,
             len(picks),
             self.window_bytes,
+            self.reuse,
         )
         return WorkChunk(cursor, picks, shards, samples, reads, nxt, src.manifests, passes)
 

@@ -299,11 +299,14 @@ class StaticMixtureWorkSource(TokenRatios, FutureChecks):
         start: Cursor | None = None,
         history: Sequence[Mapping[str, Any]] = (),
         window_bytes: int | None = None,
+        cache_bytes: int = 0,
     ) -> Iterator[WorkChunk]:
         """Plan lane ``lane`` of ``lanes`` chunk by chunk from ``start`` (default: the start),
         after the re-laning ``history`` (default: none). ``window_bytes`` (default
         ``max_request_bytes``): a chunk of large records is read within windows of about
-        this many bytes of the curriculum; it changes the reads, never the samples.
+        this many bytes of the curriculum; ``cache_bytes``: the range cache the reads go
+        through (a global shuffle reads through larger gaps the more of the data it holds).
+        Both change the reads, never the samples.
 
         A pure, synchronous generator: the same arguments give the same chunks.
         """
@@ -318,6 +321,7 @@ class StaticMixtureWorkSource(TokenRatios, FutureChecks):
             self.splits(lanes, history),
             window_bytes=window_bytes,
             origin=self.origin(history),
+            cache_bytes=cache_bytes,
         )
         return planner.chunks(cursor)
 
@@ -352,13 +356,14 @@ class StaticMixtureWorkSource(TokenRatios, FutureChecks):
         history: Sequence[Mapping[str, Any]] = (),
         until: int | None = None,
         window_bytes: int | None = None,
+        cache_bytes: int = 0,
     ) -> AsyncIterator[RangeRequest]:
         """Range requests of lane ``lane`` of ``lanes`` in curriculum order.
 
         With ``resume`` (a :meth:`state` dict), continues after the pointers it records as
         delivered; ``history`` is the re-laning history (:meth:`splits`); ``until``: stop
         before the lane's pointer at that position (counted from the lane's start);
-        ``window_bytes`` as in :meth:`chunks`. Planning is
+        ``window_bytes`` and ``cache_bytes`` as in :meth:`chunks`. Planning is
         synchronous and cheap; control returns to the event loop once
         a millisecond of it has run (about eight chunks), so the other stages stay responsive
         while the requests run as far ahead as the consumer of this iterator lets them.
@@ -367,7 +372,7 @@ class StaticMixtureWorkSource(TokenRatios, FutureChecks):
         if resume is not None:
             start, skip = self.check_state(resume, lanes)
         since = time.perf_counter()
-        for chunk in self.chunks(lane, lanes, start, history, window_bytes):
+        for chunk in self.chunks(lane, lanes, start, history, window_bytes, cache_bytes):
             end = chunk.cursor.position + len(chunk) if until is None else until
             if end <= chunk.cursor.position:
                 return
