@@ -185,7 +185,8 @@ def sft_by_hand(tok: Tokenizer, convs: list[dict[str, object]], seq: int) -> flo
 
     from zephon.ops.chat import _compile
 
-    template = _compile(CHATML)  # the same sandboxed template (generation spans marked)
+    opens, closes = "\ue000", "\ue001"  # where the template's generation spans begin and end
+    template = _compile(CHATML, (opens, closes))  # the same sandboxed template
     started = time.perf_counter()
     tokens = 0
     for i in range(0, len(convs), 256):  # a window of conversations at a time
@@ -193,9 +194,9 @@ def sft_by_hand(tok: Tokenizer, convs: list[dict[str, object]], seq: int) -> flo
         for c in convs[i : i + 256]:
             marked = template.render(messages=c["messages"])
             text, found, at = [], [], 0
-            for k, piece in enumerate(marked.split("\ue000")):
+            for k, piece in enumerate(marked.split(opens)):
                 if k:
-                    inside, _, piece = piece.partition("\ue001")
+                    inside, _, piece = piece.partition(closes)
                     found.append((at, at + len(inside)))
                     text.append(inside)
                     at += len(inside)
