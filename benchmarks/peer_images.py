@@ -129,8 +129,13 @@ def read_zephon(url: str, workers: int) -> Iterable[Any]:
         index=os.environ.get("PEER_INDEX") or None,
     )
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
+    cache = (
+        {"range_cache_bytes": int(os.environ["PEER_RANGE_CACHE"])}
+        if "PEER_RANGE_CACHE" in os.environ
+        else {}
+    )
     return (
-        Pipeline(ws, rank=0, world_size=1)
+        Pipeline(ws, rank=0, world_size=1, **cache)
         .decode_image("jpg", processes=workers)
         .random_resized_crop(SIZE)
         .flip()

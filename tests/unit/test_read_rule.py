@@ -47,3 +47,33 @@ def test_a_global_shuffle_reads_little_more_than_its_samples(tmp_path: Path, siz
         assert same == data and fetched <= 1.3 * data and requests <= 2 * least
     requests, fetched, _ = _reads(source(), 4 * total)  # the cache holds it all: read through
     assert requests < least / 2 and fetched > 1.3 * data
+
+
+def test_the_range_cache_holds_the_large_units_a_shuffle_interleaves(tmp_path: Path) -> None:
+    """Parquet row groups are read whole by every chunk that draws from them: the range
+    cache holds eight of the largest (up to 512 MiB), never less than asked for, and stays
+    off when turned off."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from zephon import Pipeline
+
+    rng = np.random.default_rng(0)
+    for f in range(2):
+        blobs = [rng.bytes(40_000) for _ in range(300)]  # incompressible: ~12 MB a group
+        pq.write_table(pa.table({"b": blobs}), tmp_path / f"p{f}.parquet", row_group_size=300)
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.jsonl").write_text('{"t": "x"}\n' * 10)
+    groups = Dataset.from_path("g", str(tmp_path), format="parquet", index_cache=False)
+    text = Dataset.from_path("t", str(tmp_path / "text"), index_cache=False)
+
+    def capacity(ds: Dataset, **kw: int) -> int:
+        return Pipeline(StaticMixtureWorkSource([ds]), **kw).spec.range_cache_capacity
+
+    group = groups.indexes[0].chunks[0]
+    expected = 8 * int((group[:, 1] - group[:, 0]).sum())
+    assert 90 << 20 < expected == capacity(groups) < 512 << 20
+    assert capacity(groups, range_cache_bytes=1 << 30) == 1 << 30
+    assert capacity(groups, range_cache_bytes=0) == 0
+    assert capacity(text) == 64 << 20

@@ -85,7 +85,7 @@ def _segment(
         history=history,
         until=until,
         window_bytes=spec.read_window_bytes,
-        cache_bytes=spec.range_cache_bytes,
+        cache_bytes=spec.range_cache_capacity,
     )
     budget = res.budgets[lane if owner is None else owner]  # the share of the lane it feeds
     holding: list[Cursor | None] = [None]  # the chunk the assembler holds items of, if any

@@ -101,7 +101,7 @@ class Run:
                 for d in spec.source.datasets
             ],
             budgets={},
-            range_cache=RangeCache(spec.range_cache_bytes) if spec.range_cache_bytes else None,
+            range_cache=RangeCache(spec.range_cache_capacity) if spec.range_cache_bytes else None,
             pool=WorkerPool(size) if size else None,
             ledger=SkipLedger(spec.max_skipped),
             datasets=list(spec.source.datasets),

@@ -14,7 +14,7 @@ from typing import Any
 
 from zephon.choices import Engine, OnError
 from zephon.errors import ConfigError
-from zephon.formats.index import StreamIndex, WholeIndex
+from zephon.formats.index import RowGroupIndex, StreamIndex, WholeIndex
 from zephon.ops.itemops import ItemOperator
 from zephon.ops.operator import Operator, placement_label
 from zephon.plan import StaticMixtureWorkSource
@@ -108,6 +108,19 @@ class PipelineSpec:
         """About the most decoded bytes one block carries, and the byte bound of each channel
         between stages (so large records never pile up downstream of the fetch budget)."""
         return min(BLOCK_BYTES, max(1 << 20, self.fetch_budget_bytes // 4))
+
+    @property
+    def range_cache_capacity(self) -> int:
+        """``range_cache_bytes``, or more where the data is read in large units (Parquet row
+        groups, compressed shards read whole): eight of the largest, up to 512 MiB. Every
+        chunk that draws from a unit reads all of it, and a shuffle interleaves several, so a
+        cache that cannot hold those in play reads them again: a block-shuffled Parquet
+        image dataset with row groups of 17 MB fetched 1.66x its bytes with 64 MiB, 1.03x
+        with 256 MiB (and 0.80 -> 0.90x the bare decode loop's images/s). ``0`` stays off."""
+        if not self.range_cache_bytes:
+            return 0
+        largest = largest_unit(self.source.manifests)
+        return max(self.range_cache_bytes, min(8 * largest, 512 << 20))
 
     @property
     def read_window_bytes(self) -> int:
@@ -215,6 +228,26 @@ class PipelineSpec:
 
 
 AMPLIFICATION_WARNING = 1.5  # reads past this many times the samples' bytes are pointed out
+
+
+def largest_unit(manifests: Any) -> int:
+    """Bytes of the largest read unit of the datasets: a Parquet row group's selected column
+    chunks, or a shard read whole (compressed streams); 0 for record layouts."""
+    best = 0
+    for manifest in manifests:
+        if manifest.all_records:
+            continue
+        seen: set[int] = set()
+        for layout in manifest.layouts:
+            if id(layout) in seen:  # a layout repeated for every shard
+                continue
+            seen.add(id(layout))
+            if isinstance(layout, RowGroupIndex) and len(layout.chunks):
+                sizes = (layout.chunks[..., 1] - layout.chunks[..., 0]).sum(axis=1)
+                best = max(best, int(sizes.max()))
+            elif isinstance(layout, StreamIndex | WholeIndex):
+                best = max(best, sum(b - a for a, b in layout.span(0, 0)))
+    return best
 
 
 def read_lines(ws: Any, lanes: int) -> list[str]:
