@@ -41,8 +41,8 @@ def epoch(ds: Dataset, cache: int, gap: int | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     n = sum(1 for _ in pipe)
     fetch = pipe.stats()["fetch"]
-    return {"samples": n, "requests": fetch["requests"], "bytes": fetch["bytes"],
-            "s": time.perf_counter() - started}  # fmt: skip
+    seconds = time.perf_counter() - started
+    return {"samples": n, "requests": fetch["requests"], "bytes": fetch["bytes"], "s": seconds}
 
 
 def main() -> None:
