@@ -119,7 +119,7 @@ def test_user_pages_do_not_speak_of_the_projects_history() -> None:
 
 def test_the_benchmarks_page_shows_current_results_briefly() -> None:
     text = (ROOT / "docs" / "benchmarks.md").read_text()
-    assert len(text.splitlines()) <= 400
+    assert len(text.splitlines()) <= 460  # nineteen benchmarks, each its command and output
     assert text.count("```bash") >= 10  # every result with its command
 
 
