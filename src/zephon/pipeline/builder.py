@@ -71,7 +71,7 @@ class Pipeline(SampleSteps, TextSteps, ImageSteps):
         prefetch: blocks of output kept ready (a ``for`` loop's thread holds one more).
         range_cache_bytes: recently fetched ranges kept so that neighbouring chunks fetch
             shared bytes once (see :class:`~zephon.ops.fetch.RangeCache`); more where the
-            data is read in large units (eight Parquet row groups, up to 512 MiB); ``0``
+            data is read in units (four Parquet files' row groups, up to 512 MiB); ``0``
             disables.
         cache_dir: a local directory caching fetched byte ranges across epochs and runs,
             shared safely by every process of the node (opt-in; :class:`~zephon.storage.DiskCache`).

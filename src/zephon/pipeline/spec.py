@@ -111,16 +111,17 @@ class PipelineSpec:
 
     @property
     def range_cache_capacity(self) -> int:
-        """``range_cache_bytes``, or more where the data is read in large units (Parquet row
-        groups, compressed shards read whole): eight of the largest, up to 512 MiB. Every
-        chunk that draws from a unit reads all of it, and a shuffle interleaves several, so a
-        cache that cannot hold those in play reads them again: a block-shuffled Parquet
-        image dataset with row groups of 17 MB fetched 1.66x its bytes with 64 MiB, 1.03x
-        with 256 MiB (and 0.80 -> 0.90x the bare decode loop's images/s). ``0`` stays off."""
+        """``range_cache_bytes``, or more where the data is read in units (Parquet row groups,
+        compressed shards read whole): four of the largest such shards, up to 512 MiB. Every
+        chunk that draws from a unit reads all of it, and a block shuffle interleaves the
+        units of about four shards, so a cache that cannot hold them reads them again: a
+        block-shuffled Parquet image dataset (68 MB files of 17 MB row groups) fetched 1.66x
+        its bytes with 64 MiB, 1.40x with 136 MiB, 1.03x with 256 MiB (and 0.80 -> 0.90x the
+        bare decode loop's images/s). ``0`` stays off."""
         if not self.range_cache_bytes:
             return 0
-        largest = largest_unit(self.source.manifests)
-        return max(self.range_cache_bytes, min(8 * largest, 512 << 20))
+        largest = largest_unit_shard(self.source.manifests)
+        return max(self.range_cache_bytes, min(4 * largest, 512 << 20))
 
     @property
     def read_window_bytes(self) -> int:
@@ -230,9 +231,9 @@ class PipelineSpec:
 AMPLIFICATION_WARNING = 1.5  # reads past this many times the samples' bytes are pointed out
 
 
-def largest_unit(manifests: Any) -> int:
-    """Bytes of the largest read unit of the datasets: a Parquet row group's selected column
-    chunks, or a shard read whole (compressed streams); 0 for record layouts."""
+def largest_unit_shard(manifests: Any) -> int:
+    """Bytes of the largest shard read in units: a Parquet file's selected column chunks, or
+    a shard read whole (compressed streams); 0 where every shard is read by records."""
     best = 0
     for manifest in manifests:
         if manifest.all_records:
@@ -243,8 +244,7 @@ def largest_unit(manifests: Any) -> int:
                 continue
             seen.add(id(layout))
             if isinstance(layout, RowGroupIndex) and len(layout.chunks):
-                sizes = (layout.chunks[..., 1] - layout.chunks[..., 0]).sum(axis=1)
-                best = max(best, int(sizes.max()))
+                best = max(best, int((layout.chunks[..., 1] - layout.chunks[..., 0]).sum()))
             elif isinstance(layout, StreamIndex | WholeIndex):
                 best = max(best, sum(b - a for a, b in layout.span(0, 0)))
     return best
