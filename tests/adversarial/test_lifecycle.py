@@ -219,6 +219,37 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(
     assert out.stderr.count("Traceback (most recent call last)") == 1  # ours alone
 
 
+@pytest.mark.timeout(120)
+def test_an_unguarded_script_with_the_process_engine_is_told_what_to_do(
+    data: Path, tmp_path: Path
+) -> None:
+    """The child process imports the script as the workers do: refused before it starts,
+    saying to add the guard (it once blocked for good: the pipeline, larger than a pipe's
+    buffer, went to a child that had died running the script again)."""
+    body = (
+        "ds = Dataset.from_path('a', sys.argv[1])\n"
+        "ws = StaticMixtureWorkSource([ds], seed=1, shuffle='none')\n"
+        "for x in Pipeline(ws, rank=0, world_size=1, engine='process'):\n"
+        "    pass\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(PRELUDE + body)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, str(script), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+        cwd=ROOT,
+    )
+    assert out.returncode == 1
+    assert "ConfigError: worker processes cannot start from the top level of train.py" in (
+        out.stderr
+    ), out.stderr[-2000:]
+    assert out.stderr.count("Traceback (most recent call last)") == 1
+
+
 THREAD_SCRIPT = """
 import asyncio, sys, threading
 from tests import pipeline_fns as fns

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from zephon.engine import janitor, shm
 from zephon.errors import ConfigError, WorkerCrashed
 
-__all__ = ["WorkerPool"]
+__all__ = ["WorkerPool", "refuse_unguarded"]
 
 T = TypeVar("T")
 
@@ -144,7 +144,7 @@ def _start_hint(answered: bool) -> str:
     )
 
 
-def _refuse_unguarded() -> None:
+def refuse_unguarded() -> None:
     """Refuse to start workers from the unguarded top level of a script, before any starts:
     each would run the script again while importing it and die starting up, printing its
     own multiprocessing traceback beside ours.
@@ -202,7 +202,7 @@ class WorkerPool:
 
     def _get(self) -> ProcessPoolExecutor:
         if self._executor is None:
-            _refuse_unguarded()
+            refuse_unguarded()
             janitor.ensure()  # the workers name their results' segments after this process
             self._executor = ProcessPoolExecutor(
                 self.processes,
