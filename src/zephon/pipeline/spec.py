@@ -7,6 +7,7 @@ produce the same stream.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ class PipelineSpec:
         between stages (so large records never pile up downstream of the fetch budget)."""
         return min(BLOCK_BYTES, max(1 << 20, self.fetch_budget_bytes // 4))
 
-    @property
+    @functools.cached_property  # once per pipeline: it walks every shard's layout
     def range_cache_capacity(self) -> int:
         """``range_cache_bytes``, or more where the data is read in units (Parquet row groups,
         compressed shards read whole): four of the largest such shards, up to 512 MiB. Every
