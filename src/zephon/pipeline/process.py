@@ -110,7 +110,7 @@ def _start_without_sigint(proc: Any) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _child(data: Connection, control: Connection, progress: bool) -> None:
+def _child(blob: bytes, data: Connection, control: Connection, progress: bool) -> None:
     """The child: run the pipeline on this thread's event loop (one thread: no handing the
     interpreter lock back and forth), send each item with its checkpoint."""
     # The loop (fetching, delivery) and the helper thread (in-process steps) share this
@@ -120,7 +120,7 @@ def _child(data: Connection, control: Connection, progress: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops this process
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    pipe = pickle.loads(control.recv_bytes())  # sent after the start (see ProcessEngine)
+    pipe = pickle.loads(blob)
     # This process is ours and holds nothing but the pipeline: what is alive once it is
     # unpickled (modules, the user's steps, a tokenizer) lives as long as the process, so
     # the collector's full passes need not walk it again (a process that imports torch
@@ -224,7 +224,7 @@ class ProcessEngine:
         # Not a daemon: the child may start a worker pool of its own (processes=N). It ends
         # when its control pipe closes, and every engine still open at exit is closed first.
         self._proc = ctx.Process(
-            target=_child, args=(child_data, child_control, progress), name="zephon-pipeline"
+            target=_child, args=(blob, child_data, child_control, progress), name="zephon-pipeline"
         )
         self._segments: dict[int, SharedMemory] = {}  # each slot's segment, as last opened
         self._convert = pipeline.spec.convert
@@ -255,20 +255,6 @@ class ProcessEngine:
             child_data.close()
             child_control.close()
             self._ready.set()
-        # The pipeline goes over the control pipe once the child runs, not with its start:
-        # there, a pipeline larger than a pipe's buffer blocked the start for good when the
-        # child died first (a script without a main guard, run again by the child, cannot
-        # start processes of its own). Here a dead child is a broken pipe.
-        try:
-            with self._control_lock:
-                self._control.send_bytes(blob)
-        except OSError:
-            self.close()
-            raise WorkerCrashed(
-                "the pipeline's process ended before it started (exit code "
-                f"{self._proc.exitcode}); a script that runs engine='process' must start it "
-                "under `if __name__ == '__main__':`, which the new process runs again without"
-            ) from None
 
     def __iter__(self) -> Iterator[tuple[Any, dict[str, Any]]]:
         """Each item (converted as the pipeline says: tensors, say) with the checkpoint of
