@@ -16,6 +16,7 @@ of I/O, so that decoding can run in a process pool; the codecs that read by them
 | ``parquet`` | Parquet: the footer gives row counts and where every column chunk lies |
 | ``project`` | column projection for formats whose samples are whole records |
 | ``records`` | helpers shared by the "header + offsets + samples" layouts (MDS, LitData) |
+| ``tarblocks`` | tar headers read many at a time: the members of a run of WebDataset samples |
 | ``thrift`` | A reader for the Thrift compact protocol, enough to walk a Parquet footer |
 | ``vortex`` | Vortex files: a shard per file, read through Zephon's storage |
 | ``webdataset`` | WebDataset: tar files where the members sharing a key |

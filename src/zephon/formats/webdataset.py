@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import FormatError
-from zephon.formats.blob import Blob
+from zephon.formats.blob import Blob, Bytes
 from zephon.formats.codec import BaseCodec
 from zephon.formats.index import RecordIndex
+from zephon.formats.tarblocks import MAX_EXTENDED_HEADER, Members, pax_path, sample_members
 from zephon.refs import ShardInfo
 
 __all__ = ["TarIndexer", "WebDatasetCodec", "split_key"]
@@ -27,9 +28,6 @@ _BLOCK = 512
 _FILE_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
 _NAME_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE}
 _ZERO_BLOCK = bytes(_BLOCK)
-# A GNU long name or a PAX header is held whole until parsed: a header declaring terabytes
-# would have the scan keep the rest of the shard in memory.
-MAX_EXTENDED_HEADER = 1 << 20
 
 
 class _Header:
@@ -87,21 +85,6 @@ def split_key(name: str) -> tuple[str, str]:
     return name[:dot], name[dot + 1 :]
 
 
-def _pax_path(data: bytes) -> str | None:
-    pos = 0
-    while pos < len(data):
-        space = data.index(b" ", pos)
-        length = int(data[pos:space])
-        if length <= space - pos:  # a record holds at least its own length: else no progress
-            raise ValueError(f"bad PAX record length {length}")
-        record = data[space + 1 : pos + length - 1]
-        key, _, value = record.partition(b"=")
-        if key == b"path":
-            return value.decode("utf-8")
-        pos += length
-    return None
-
-
 class TarIndexer:
     """Parses tar headers from a stream fed chunk by chunk, in order, keeping no member data.
 
@@ -143,7 +126,7 @@ class TarIndexer:
                 if kind == tarfile.GNUTYPE_LONGNAME:
                     self._pending_name = data.rstrip(b"\0").decode("utf-8")
                 else:
-                    self._pending_name = _pax_path(data) or self._pending_name
+                    self._pending_name = pax_path(data) or self._pending_name
                 at += _padded(size)
                 self._need_data = None
                 continue
@@ -218,7 +201,7 @@ def _members_in(view: memoryview, base: int) -> Iterator[tuple[str, memoryview]]
         if info.type == tarfile.GNUTYPE_LONGNAME:
             pending = bytes(data).rstrip(b"\0").decode("utf-8")
         elif info.type == tarfile.XHDTYPE:
-            pending = _pax_path(bytes(data)) or pending
+            pending = pax_path(bytes(data)) or pending
         else:
             if info.type in _FILE_TYPES:
                 yield pending or info.name, data
@@ -236,28 +219,80 @@ class WebDatasetCodec(BaseCodec):
     def decode(
         self, shard: ShardInfo, index: RecordIndex, blob: Blob, samples: Sequence[int]
     ) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for i in samples:
-            start, stop = int(index.offsets[i]), int(index.offsets[i + 1])
-            sample: dict[str, Any] = {}
-            try:
-                for name, data in _members_in(blob.slice(start, stop), start):
-                    key, ext = split_key(name)
-                    if "__key__" in sample and key != sample["__key__"]:
-                        break  # the sample's span also holds trailing padding entries
-                    sample["__key__"] = key
-                    if ext in sample:  # one would hide the other (or the key): never silently
-                        what = "the key's" if ext == "__key__" else "two members'"
-                        raise ValueError(f"sample {key!r}: {what} name {name!r} twice")
-                    sample[ext] = bytes(data)
-            except ValueError as exc:
-                raise FormatError(str(exc), dataset=self.dataset, uri=shard.uri, sample=i) from None
-            if "__key__" not in sample:
+        """The samples' members found a round of headers at a time (:mod:`tarblocks`); a
+        sample with an unusual or damaged header is parsed one header at a time."""
+        out: list[dict[str, Any] | None] = [None] * len(samples)
+        wanted = np.asarray(samples, dtype=np.int64)
+        starts, stops = index.offsets[wanted], index.offsets[wanted + 1]
+        for base, data in blob.parts:
+            inside = np.flatnonzero((starts >= base) & (stops <= base + len(data)))
+            if not inside.size:
+                continue
+            found = sample_members(
+                np.frombuffer(data, np.uint8), starts[inside] - base, stops[inside] - base
+            )
+            for i, sample in self._assembled(shard, wanted[inside], data, found):
+                out[inside[i]] = sample
+        for i, sample in enumerate(out):
+            if sample is None:
+                out[i] = self._decode_one(shard, index, blob, int(wanted[i]))
+        return out  # type: ignore[return-value]
+
+    def _assembled(
+        self, shard: ShardInfo, ids: np.ndarray, data: Bytes, found: Members
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The samples ``found`` read whole, as ``(position, sample)``: the hot loop of a tar
+        epoch, a few operations per member."""
+        raw = data if isinstance(data, bytes) else memoryview(data)
+        copy = raw.__getitem__ if isinstance(raw, bytes) else lambda at: bytes(raw[at])
+        current, sample, done = -1, {}, False
+        for i, name_at, name_end, data_at, data_end in zip(
+            *(c.tolist() for c in found[:5]), strict=True
+        ):
+            name = str(copy(slice(name_at, name_end)), "utf-8", "surrogateescape")
+            dot = name.find(".", name.rfind("/") + 1)
+            key, ext = (name, "") if dot < 0 else (name[:dot], name[dot + 1 :])
+            if i != current:
+                if sample:
+                    yield current, sample
+                current, sample, done = i, {"__key__": key}, False
+            elif done or key != sample["__key__"]:
+                done = True  # the sample's span also holds trailing padding entries
+                continue
+            if ext in sample:
                 raise FormatError(
-                    "no tar member where the index put a sample",
-                    dataset=self.dataset,
-                    uri=shard.uri,
-                    sample=i,
+                    _twice(ext, key, name), dataset=self.dataset, uri=shard.uri, sample=int(ids[i])
                 )
-            out.append(sample)
-        return out
+            sample[ext] = copy(slice(data_at, data_end))
+        if sample:
+            yield current, sample
+
+    def _decode_one(
+        self, shard: ShardInfo, index: RecordIndex, blob: Blob, i: int
+    ) -> dict[str, Any]:
+        start, stop = int(index.offsets[i]), int(index.offsets[i + 1])
+        sample: dict[str, Any] = {}
+        try:
+            for name, data in _members_in(blob.slice(start, stop), start):
+                key, ext = split_key(name)
+                if "__key__" in sample and key != sample["__key__"]:
+                    break  # the sample's span also holds trailing padding entries
+                sample["__key__"] = key
+                if ext in sample:  # one would hide the other (or the key): never silently
+                    raise ValueError(_twice(ext, key, name))
+                sample[ext] = bytes(data)
+        except ValueError as exc:
+            raise FormatError(str(exc), dataset=self.dataset, uri=shard.uri, sample=i) from None
+        if "__key__" not in sample:
+            raise FormatError(
+                "no tar member where the index put a sample",
+                dataset=self.dataset,
+                uri=shard.uri,
+                sample=i,
+            )
+        return sample
+
+
+def _twice(ext: str, key: str, name: str) -> str:
+    what = "the key's" if ext == "__key__" else "two members'"
+    return f"sample {key!r}: {what} name {name!r} twice"
