@@ -129,6 +129,9 @@ def read_zephon(url: str, workers: int) -> Iterable[Any]:
     fmt = os.environ.get("PEER_FORMAT") or None
     ds = Dataset.from_path("web", url, format=fmt, index=os.environ.get("PEER_INDEX") or None)
     ws = StaticMixtureWorkSource([ds], seed=0, stop_after_passes=1)
+    if os.environ.get("PEER_ENGINE") == "process":  # the whole pipeline in a child process
+        engine = Pipeline(ws, rank=0, world_size=1, lanes=max(1, workers), engine="process")
+        return engine.batch(BATCH)
     pipe = Pipeline(ws, rank=0, world_size=1, lanes=max(1, workers))
     if not workers:
         return pipe

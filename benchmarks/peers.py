@@ -153,6 +153,8 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
     ("Zephon, WebDataset tars", None, "zephon", "wds", {"PEER_FORMAT": "webdataset"}),
     ("Zephon, tars, persistent index", None, "zephon", "wds",
      {"PEER_FORMAT": "webdataset", "PEER_INDEX": f"s3://{BUCKET}/indexes/wds.json"}),
+    ("Zephon, JSONL + index, engine='process'", None, "zephon", "jsonl-index",
+     {"PEER_ENGINE": "process"}),
     ("Zephon, MDS", None, "zephon", "mds", {}),
     ("Zephon, LitData chunks", None, "zephon", "litdata", {}),
     ("LitData 0.2.76", "litdata", "litdata", "litdata", {}),

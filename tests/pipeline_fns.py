@@ -240,3 +240,15 @@ def picture_or_sigkill_on_300(sample: dict[str, Any]) -> dict[str, Any]:
     if sample["id"] == 300:
         os.kill(os.getpid(), signal.SIGKILL)
     return picture(sample)
+
+
+class Filled:
+    """A step giving each sample an array of ``nbytes`` bytes filled with its id."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        return {"id": sample["id"], "x": np.full(self.nbytes, sample["id"], np.uint8)}
