@@ -1,8 +1,8 @@
 """WebDataset samples decoded a run at a time (headers read by numpy a round per member)
 equal the same samples parsed one header at a time, on tars of every header kind Python's
 ``tarfile`` writes (ustar with name prefixes, GNU long names, PAX paths, directories,
-trailing entries of another key inside a span) and on those tars with bytes changed: either both give the
-same samples, or the run raises the FormatError that sample raises alone."""
+trailing entries of another key inside a span) and on those tars with bytes changed: either
+both give the same samples, or the run raises the FormatError that sample raises alone."""
 
 from __future__ import annotations
 

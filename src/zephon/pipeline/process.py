@@ -6,8 +6,9 @@ child process (started with ``spawn``: the pipeline and its functions must pickl
 finished items cross to the trainer: each numeric numpy array of 64 KiB or more is written
 into one of a few shared-memory slots and copied out here with a single ``memcpy`` (never
 pickled); the rest of the item (strings, small values and arrays) travels pickled beside it,
-with the item's checkpoint. The trainer's interpreter lock is then spent on the training step alone: a consumer
-that holds the GIL no longer slows fetching and decoding, and theirs no longer slows it.
+with the item's checkpoint. The trainer's interpreter lock is then spent on the training step
+alone: a consumer that holds the GIL no longer slows fetching and decoding, and theirs no
+longer slows it.
 
 Each item comes with the JSON checkpoint of "everything up to it received": ``checkpoint()``
 here is exact however far ahead the child is. ``stats()`` asks the child; its errors are
