@@ -9,7 +9,9 @@ a fresh process with an empty local cache, through a latency proxy in its own pr
 ``--rounds`` by wall time): time to the first sample, samples/s over the epoch (start-up
 included), peak resident memory of all its processes, local disk left behind, requests and bytes
 fetched, the epoch's samples/s against LitData's and its wall time against the Floor row's, and
-CPU seconds of the reader's main process (the trainer's) and of all its processes. The last
+CPU seconds of the reader's main process (the trainer's) and of all its processes. The row
+``engine='process'`` runs Zephon's whole pipeline in a child process, batches of 64 crossing to
+the trainer (its lanes: the workers column), as a trainer that holds the GIL would. The last
 rows, ``Floor``, are no readers: the JSONL objects (or the tars) fetched whole, all at once,
 lines counted and nothing parsed, the least any reader of these bytes through this server needs.
 With ``--neighbour`` every reader also runs beside one CPU-bound process (what a trainer's own
@@ -153,7 +155,7 @@ ROWS = [  # label, venv (None: ours), system, prefix, extra environment
     ("Zephon, WebDataset tars", None, "zephon", "wds", {"PEER_FORMAT": "webdataset"}),
     ("Zephon, tars, persistent index", None, "zephon", "wds",
      {"PEER_FORMAT": "webdataset", "PEER_INDEX": f"s3://{BUCKET}/indexes/wds.json"}),
-    ("Zephon, JSONL + index, engine='process'", None, "zephon", "jsonl-index",
+    ("Zephon, JSONL, engine='process'", None, "zephon", "jsonl-index",
      {"PEER_ENGINE": "process"}),
     ("Zephon, MDS", None, "zephon", "mds", {}),
     ("Zephon, LitData chunks", None, "zephon", "litdata", {}),
