@@ -79,3 +79,31 @@ def test_a_keep_without_disk_room_keeps_only_what_memory_holds() -> None:
     for at in range(0, len(DATA), 30_000):
         keep.keep("s3://b/a", "v1", at, DATA[at : at + 30_000])
     assert keep.held == keep.kept == 30_000 and keep.on_disk == 0
+
+
+def test_a_forked_process_never_appends_to_the_file_it_shares(tmp_path: Path) -> None:
+    """A DataLoader worker forked after discovery shares the keep's file: its own spills
+    would land where the parent's (or another worker's) did. There it serves what it
+    inherited and lets go of what memory cannot hold; the parent's bytes stay intact."""
+    import os
+
+    keep = ScanKeep(30_000, disk_capacity=1 << 20, disk_dir=str(tmp_path))
+    keep.keep("s3://b/a", "v1", 0, DATA[:30_000])  # in memory
+    keep.keep("s3://b/c", "v1", 0, DATA[30_000:60_000])  # past memory: the file's start
+    assert keep.held == 30_000 and keep.on_disk == 30_000
+    pid = os.fork()
+    if pid == 0:  # the worker: memory for nothing, and no appending
+        ok = False
+        try:
+            keep.trim(0)
+            ok = keep.on_disk == 30_000 and keep.take("s3://b/a", "v1", 0, 10) is None
+            ok = ok and keep.take("s3://b/c", "v1", 0, 30_000) == DATA[30_000:60_000]
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    keep.trim(0)  # the parent still appends, after what it wrote
+    assert keep.on_disk == 60_000
+    assert keep.take("s3://b/c", "v1", 0, 30_000) == DATA[30_000:60_000]
+    assert keep.take("s3://b/a", "v1", 0, 30_000) == DATA[:30_000]
+    keep.clear()

@@ -55,6 +55,7 @@ class ScanKeep:
         self.spilled_bytes = 0  # ever written to the file
         self._objects: dict[tuple[str, str], _Chunks] = {}
         self._file: IO[bytes] | None = None
+        self._owner = os.getpid()  # the process that created the file, the one to append
 
     def __repr__(self) -> str:
         return (
@@ -90,8 +91,14 @@ class ScanKeep:
         chunks.served.append(0)
 
     def _spill(self, data: bytes) -> int | None:
-        """Append ``data`` to the file; where it went, or ``None`` if there is no room."""
+        """Append ``data`` to the file; where it went, or ``None`` if there is no room.
+
+        Only the process that created the file appends to it: a forked process (a DataLoader
+        worker) shares it, and its appends would land where the others' did, so there it
+        serves what it inherited and lets go of what it cannot hold."""
         if self.on_disk + len(data) > self.disk_capacity:
+            return None
+        if self._file is not None and self._owner != os.getpid():
             return None
         try:
             if self._file is None:
@@ -103,6 +110,7 @@ class ScanKeep:
                 # Closed by clear() or when the keep is collected; unnamed, so the system
                 # removes it when closed or if the process dies.
                 self._file = tempfile.TemporaryFile(dir=folder, prefix="zephon-scan-")  # noqa: SIM115
+                self._owner = os.getpid()
                 self._closer = weakref.finalize(self, self._file.close)
             at = self.on_disk
             os.pwrite(self._file.fileno(), data, at)
