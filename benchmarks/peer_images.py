@@ -134,6 +134,8 @@ def read_zephon(url: str, workers: int) -> Iterable[Any]:
         if "PEER_RANGE_CACHE" in os.environ
         else {}
     )
+    if "PEER_FETCH_BUDGET" in os.environ:
+        cache["fetch_budget_bytes"] = int(os.environ["PEER_FETCH_BUDGET"])
     return (
         Pipeline(ws, rank=0, world_size=1, **cache)
         .decode_image("jpg", processes=workers)

@@ -203,3 +203,57 @@ async def test_a_cancelled_waiter_that_a_release_passed_over_ends_cancelled() ->
     assert gate.held == 0
     await gate.acquire(1)  # and the gate still works
     assert gate.held == 1
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _admitted(gate: CapacityGate, n: int, whole: bool = False) -> bool:
+    """Whether ``acquire(n)`` is granted now (the attempt is withdrawn if not)."""
+    task = asyncio.create_task(gate.acquire(n, whole=whole))
+    await asyncio.sleep(0)  # one turn of the loop: granted at once or queued
+    if task.done():
+        return True
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return False
+
+
+async def test_read_ahead_holds_a_second_of_consumption_and_follows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A budget of 100 units consumed at 20 units/s lets at most 20 be held (a second's
+    worth), never less than the floor, the whole budget before the first measure; a faster
+    consumer raises the ceiling within a period, a slower one lowers it."""
+    from zephon.storage import gate as gate_module
+    from zephon.storage.gate import ReadAhead
+
+    clock = _Clock()
+    monkeypatch.setattr(gate_module.time, "monotonic", clock)
+    gate = CapacityGate(100, horizon=ReadAhead(1.0, floor=5))
+    assert await _admitted(gate, 90)  # no ceiling yet: the budget rules
+    gate.release(90)  # starts the first period
+    for _ in range(10):  # 2 units every 0.1 s: 20 units/s
+        clock.now += 0.1
+        await gate.acquire(2)
+        gate.release(2)
+    assert gate.horizon is not None and gate.horizon.ceiling == 20
+    assert await _admitted(gate, 20) and not await _admitted(gate, 1)
+    assert await _admitted(gate, 50, whole=True)  # an opening read: the budget, not the ceiling
+    gate.release(70)
+    for _ in range(10):  # 10 units every 0.1 s: the ceiling rises with the consumer
+        clock.now += 0.1
+        await gate.acquire(10)
+        gate.release(10)
+    assert gate.horizon.ceiling is not None and gate.horizon.ceiling > 40
+    for _ in range(8):  # a consumer that paused: down to the floor, never to nothing
+        clock.now += 30.0
+        gate.release(0)
+    assert gate.horizon.ceiling == 5
+    assert await _admitted(gate, 5) and not await _admitted(gate, 1)

@@ -31,11 +31,15 @@ from zephon.pipeline.resources import Resources, block_channel
 from zephon.pipeline.spec import PipelineSpec
 from zephon.pipeline.state import Received, Resume, merge_start
 from zephon.storage import DiskCache, ManagedStorage
-from zephon.storage.gate import CapacityGate
+from zephon.storage.gate import CapacityGate, ReadAhead
 
 __all__ = ["Run"]
 
 _CALIBRATION_SAMPLES = 512  # samples tokenized to measure a dataset's tokens per byte
+# A lane fetches at most a second of what it consumes ahead, and at least four reads' worth
+# (storage.gate.ReadAhead): the fetch budget bounds it, it is not a target.
+READ_AHEAD_S = 1.0
+READ_AHEAD_FLOOR_READS = 4
 
 
 class Run:
@@ -299,7 +303,10 @@ def _budgets(spec: PipelineSpec, res: Resources) -> dict[int, CapacityGate]:
     in_process = any(op.per_item and not op.processes and op.executor is None for op in spec.steps)
     elsewhere = spec.decode_processes > 0 or any(s.processes or s.executor for s in spec.steps)
     start = 1 if in_process and not elsewhere else spec.source.max_request_bytes
-    return {lane: CapacityGate(share, start) for lane in spec.my_lanes}
+    floor = min(share, READ_AHEAD_FLOOR_READS * spec.source.max_request_bytes)
+    return {
+        lane: CapacityGate(share, start, ReadAhead(READ_AHEAD_S, floor)) for lane in spec.my_lanes
+    }
 
 
 def _start_order(spec: PipelineSpec, first: int, ended: list[int]) -> list[int]:
