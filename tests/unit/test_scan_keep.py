@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from zephon.storage.keep import ScanKeep
 
 DATA = bytes(range(256)) * 400  # 102,400 bytes, scanned in 4 chunks
@@ -81,6 +83,8 @@ def test_a_keep_without_disk_room_keeps_only_what_memory_holds() -> None:
     assert keep.held == keep.kept == 30_000 and keep.on_disk == 0
 
 
+# Lance, when an earlier test imported it, warns at every fork; this child only runs Python.
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
 def test_a_forked_process_never_appends_to_the_file_it_shares(tmp_path: Path) -> None:
     """A DataLoader worker forked after discovery shares the keep's file: its own spills
     would land where the parent's (or another worker's) did. There it serves what it
