@@ -44,6 +44,10 @@ __all__ = [
 
 FOOTER_PROBE_BYTES = 64 * 1024
 _TABLES_KEEP = 8  # one tail read holds the footer of almost every real file
+# Decoded row groups kept for the next reads of the same group, up to this many bytes (at
+# least the last one): eight groups of 17 MB of JPEGs held 136 MB that bought nothing (an
+# image epoch in the main process: 705-721 images/s either way, 1.24-1.32 -> 1.11-1.15 GB).
+_TABLES_KEEP_BYTES = 32 << 20
 # A small row group is read from a memory-mapped copy, a large one from views (module docs).
 _LARGE_GROUP_BYTES = 1 << 20
 _MAGIC = b"PAR1"
@@ -293,7 +297,10 @@ class ParquetCodec(BaseCodec):
                     sample=int(index.row_starts[group]),
                 )
             self._tables[key] = read
-            while len(self._tables) > _TABLES_KEEP:
+            while len(self._tables) > 1 and (
+                len(self._tables) > _TABLES_KEEP
+                or sum(t.nbytes for t in self._tables.values()) > _TABLES_KEEP_BYTES
+            ):
                 self._tables.popitem(last=False)
             return read
 
