@@ -458,7 +458,8 @@ def test_ctrl_c_with_the_process_engine_prints_one_traceback(data: Path, when: s
     )
     with _ready_script(script, data, stderr=True) as child:
         os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        err = child.stderr.read()
+        err, ended = _read_to_end(child.stderr, 90.0)
+        assert ended, f"stderr still open after 90 s; left: {_described(child.pid)}\n{err[-3000:]}"
         child.wait(timeout=60)
     assert "KeyboardInterrupt" in err
     assert err.count("Traceback (most recent call last)") == 1, err[-3000:]
@@ -547,6 +548,38 @@ def _gone_within_pid(pid: int, timeout_s: float) -> None:
         select.select([fd], [], [], timeout_s)
     finally:
         os.close(fd)
+
+
+def _read_to_end(stream: Any, timeout_s: float) -> tuple[str, bool]:
+    """What ``stream`` (a text pipe) gives until every writer has closed it, and whether they
+    all did within ``timeout_s`` (a process that keeps it open is then named by the caller)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    fd, chunks = stream.fileno(), []
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks).decode(errors="replace"), True
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace"), False
+
+
+def _described(sid: int) -> list[str]:
+    """The processes of session ``sid`` and those its members started elsewhere (a resource
+    tracker in a session of its own), as ``pid state cmdline``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            argv = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        except OSError:
+            continue
+        if int(fields[3]) == sid or int(fields[1]) == sid or "zephon" in argv:
+            out.append(f"{stat.parent.name} {fields[0]} {argv}")
+    return out
 
 
 def _gone_within(pgid: int, timeout_s: float) -> list[int]:

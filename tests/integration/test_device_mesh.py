@@ -49,6 +49,10 @@ def _process(rank: int, world: int, init: str, out: str) -> None:
     dist.all_gather_object(got, {"dp": [pipe.dp_rank, again.dp_rank], "head": head, "rest": rest})
     if rank == 0:
         Path(out).write_text(json.dumps(got))
+    # Every rank waits for the others before tearing down: a rank that destroyed its group
+    # while rank 0 still wrote had gloo abort rank 0 ("terminate called without an active
+    # exception", on a loaded machine).
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -60,6 +60,7 @@ def _process(rank: int, init: str, out: str, url: str, options: dict[str, Any]) 
     dist.all_gather_object(gathered, got)
     if rank == 0:
         Path(out).write_text(json.dumps(gathered))
+    dist.barrier()  # no rank tears gloo down while another still works
     dist.destroy_process_group()
 
 

@@ -233,6 +233,7 @@ def _worker(rank: int, world: int, root: str, init: str, out: str) -> None:
     dist.all_gather_object(gathered, rows)
     if rank == 0:  # a file, not a queue: a full pipe would block the child before join()
         Path(out).write_text(json.dumps(gathered))
+    dist.barrier()  # no rank tears gloo down while another still works
     dist.destroy_process_group()
 
 
