@@ -447,8 +447,10 @@ def test_ctrl_c_with_the_process_engine_prints_one_traceback(data: Path, when: s
     import signal
 
     step = "fns.SlowToStart()" if when == "while the child starts" else "fns.double"
-    script = PRELUDE + (
+    script = PRELUDE + (  # Python's Ctrl-C handler, as from a terminal (see the test above)
         "\nif __name__ == '__main__':\n"
+        "    import signal\n"
+        "    signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"    it = iter(build(0, 2, 'process').map({step}))\n"
         f"    if {step == 'fns.double'}:\n"
         "        next(it)\n"
@@ -578,7 +580,12 @@ def _described(sid: int) -> list[str]:
         except OSError:
             continue
         if int(fields[3]) == sid or int(fields[1]) == sid or "zephon" in argv:
-            out.append(f"{stat.parent.name} {fields[0]} {argv}")
+            try:  # signals blocked and ignored: a Ctrl-C that cannot arrive
+                status = (stat.parent / "status").read_text().splitlines()
+                masks = " ".join(x for x in status if x.startswith(("SigBlk", "SigIgn")))
+            except OSError:
+                masks = ""
+            out.append(f"{stat.parent.name} {fields[0]} {masks} {argv}")
     return out
 
 
