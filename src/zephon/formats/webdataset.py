@@ -250,8 +250,7 @@ class WebDatasetCodec(BaseCodec):
             *(c.tolist() for c in found[:5]), strict=True
         ):
             name = str(copy(slice(name_at, name_end)), "utf-8", "surrogateescape")
-            dot = name.find(".", name.rfind("/") + 1)
-            key, ext = (name, "") if dot < 0 else (name[:dot], name[dot + 1 :])
+            key, ext = split_key(name)
             if i != current:
                 if sample:
                     yield current, sample
