@@ -199,7 +199,7 @@ def _close_open() -> None:
 def _widen(pipe: Connection) -> None:
     """The data pipe's buffer raised from 64 KiB to 1 MiB (Linux's default cap for a user),
     so an item of text (100-200 KB a batch) crosses in one write and one read, not three
-    of each with a wake-up between (a local text epoch: 3% less wall time)."""
+    of each with a wake-up between."""
     with contextlib.suppress(AttributeError, OSError):  # not Linux, or a lower cap
         fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
 

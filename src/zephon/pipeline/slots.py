@@ -23,8 +23,8 @@ __all__ = ["SLOTS", "Placeholder", "Slots", "join", "split"]
 SLOTS = 4  # items with shared-memory arrays prepared ahead of the consumer
 _ALIGN = 64
 # Smaller arrays travel pickled with the rest of the item: a slot's round trip (a write there,
-# a copy and a "free" message back here) cost the trainer more than they do (a text epoch in
-# batches of 64 ids: 0.16 -> 0.08 CPU seconds).
+# a copy and a "free" message back here) costs the trainer more than they do (batches of 64
+# ids: benchmarks/peers.py, docs/decisions/trainer-cpu.md).
 _MIN_ARRAY = 1 << 16
 _count = itertools.count()
 
