@@ -19,6 +19,7 @@
 | ``policy`` | Policies of a storage client: how it retries and how far it may run ahead |
 | ``registry`` | Which backend serves which URI scheme |
 | ``s3`` | Amazon S3 and S3-compatible stores (MinIO, moto, R2...) through aiobotocore |
+| ``s3_presigned`` | S3 ranged reads over presigned URLs: the hot path of the S3 backend |
 | ``stats`` | Counters of one storage client, cheap enough to update on every request |
 | ``uri`` | Splitting storage URIs |
 """

@@ -9,6 +9,8 @@ Versions are the server's strong ETag (checked with ``If-Match``) or, without on
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -16,6 +18,7 @@ import aiohttp
 from zephon.errors import (
     ConfigError,
     ObjectChanged,
+    ZephonError,
     redact_uri,
 )
 from zephon.refs import ObjectInfo
@@ -38,6 +41,11 @@ class HTTPBackend:
         storage_options: ``{"headers": {...}}`` sent with every request.
         max_connections: connection pool size; match it to the request limit.
         read_timeout_s: socket read timeout of one attempt.
+        connect_timeout_s: time to open a connection (unbounded when ``None``).
+        ssl: aiohttp's ``ssl`` argument: ``False`` skips certificate checks, a context
+            chooses the CA bundle.
+        trust_env: take proxies from ``HTTP(S)_PROXY`` / ``NO_PROXY``.
+        translate: the Zephon error for a request that got no answer, and the URI it names.
     """
 
     def __init__(
@@ -46,6 +54,10 @@ class HTTPBackend:
         *,
         max_connections: int = 64,
         read_timeout_s: float = 60.0,
+        connect_timeout_s: float | None = None,
+        ssl: _ssl.SSLContext | bool = True,
+        trust_env: bool = False,
+        translate: Callable[[BaseException, str], ZephonError] = error_for_connection,
     ) -> None:
         options = dict(storage_options or {})
         unknown = set(options) - {"headers"}
@@ -53,7 +65,12 @@ class HTTPBackend:
             raise ConfigError(f"unknown HTTP storage_options {sorted(unknown)}; known: ['headers']")
         self._headers: dict[str, str] = dict(options.get("headers") or {})
         self._max_connections = max_connections
-        self._read_timeout_s = read_timeout_s
+        self._timeout = aiohttp.ClientTimeout(
+            sock_read=read_timeout_s, sock_connect=connect_timeout_s
+        )
+        self._ssl = ssl
+        self._trust_env = trust_env
+        self._translate = translate
         self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:
@@ -62,49 +79,41 @@ class HTTPBackend:
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
                 auto_decompress=False,
-                timeout=aiohttp.ClientTimeout(sock_read=self._read_timeout_s),
+                timeout=self._timeout,
                 headers=self._headers,
+                trust_env=self._trust_env,
             )
         return self._session
 
-    async def _call(
-        self, method: str, uri: str, headers: dict[str, str], read: bool = True
+    async def request(
+        self, method: str, url: str, headers: dict[str, str], read: bool = True, *, uri: str = ""
     ) -> tuple[int, Any, bytes]:
+        """One request: its status, headers and (for a GET) body; a failed connection is a
+        Zephon error naming ``uri`` (``url`` where not given: a signed URL is named by the
+        object it reads)."""
+        uri = uri or url
         try:
-            async with self._get_session().request(method, uri, headers=headers) as resp:
+            async with self._get_session().request(method, url, headers=headers) as resp:
                 body = await resp.read() if method == "GET" and read else b""
                 return resp.status, resp.headers, body
         except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
-            raise error_for_connection(exc, uri) from None
+            raise self._translate(exc, uri) from None
 
     async def get_range(
         self, uri: str, start: int, stop: int, version: str | None
     ) -> tuple[bytes, int]:
-        headers = {"Range": f"bytes={start}-{stop - 1}", "Accept-Encoding": "identity"}
-        if version is not None:
-            if version.startswith(_LAST_MODIFIED):
-                headers["If-Unmodified-Since"] = version[len(_LAST_MODIFIED) :]
-            else:
-                headers["If-Match"] = version
-        status, resp_headers, body = await self._call("GET", uri, headers)
-        if status == 416:
-            return b"", start
-        if status not in (200, 206):
+        status, headers, body = await self.request("GET", uri, range_headers(start, stop, version))
+        if status not in (200, 206, 416):
             raise error_for_status(status, uri)
-        if version is not None and _version_of(resp_headers) not in (None, version):
-            raise ObjectChanged("object changed since it was first seen", uri=uri)
-        if status == 200:  # the server ignored the range and sent everything
-            return body[start:stop], len(body)
-        total = total_from_content_range(resp_headers.get("Content-Range"))
-        return body, total if total is not None else start + len(body)
+        return ranged_answer(status, headers, body, start, stop, version, uri)
 
     async def head(self, uri: str) -> ObjectInfo:
-        status, headers, _ = await self._call("HEAD", uri, {"Accept-Encoding": "identity"})
+        status, headers, _ = await self.request("HEAD", uri, {"Accept-Encoding": "identity"})
         size = headers.get("Content-Length")
         if status in (403, 405):  # HEAD refused: a presigned URL is signed for GET alone
-            status, headers, _ = await self._call(
+            status, headers, _ = await self.request(
                 "GET", uri, {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, read=False
             )
             size = (
@@ -132,6 +141,31 @@ class HTTPBackend:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+
+def range_headers(start: int, stop: int, version: str | None) -> dict[str, str]:
+    """The headers of a GET of bytes ``[start, stop)`` of the version ``version``."""
+    headers = {"Range": f"bytes={start}-{stop - 1}", "Accept-Encoding": "identity"}
+    if version is not None:
+        if version.startswith(_LAST_MODIFIED):
+            headers["If-Unmodified-Since"] = version[len(_LAST_MODIFIED) :]
+        else:
+            headers["If-Match"] = version
+    return headers
+
+
+def ranged_answer(
+    status: int, headers: Any, body: bytes, start: int, stop: int, version: str | None, uri: str
+) -> tuple[bytes, int]:
+    """The bytes and the object's size from a 200, 206 or 416 answer to a ranged GET."""
+    if status == 416:  # start at or past the end: an empty slice
+        return b"", start
+    if version is not None and _version_of(headers) not in (None, version):
+        raise ObjectChanged("object changed since it was first seen", uri=uri)
+    if status == 200:  # the server ignored the range and sent everything
+        return body[start:stop], len(body)
+    total = total_from_content_range(headers.get("Content-Range"))
+    return body, total if total is not None else start + len(body)
 
 
 def _version_of(headers: Any) -> str | None:

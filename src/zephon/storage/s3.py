@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import ssl
 from contextlib import AsyncExitStack
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from botocore.exceptions import (
     ParamValidationError,
     PartialCredentialsError,
 )
+from botocore.httpsession import get_cert_path
 
 from zephon.errors import (
     AccessDenied,
@@ -44,7 +46,9 @@ from zephon.errors import (
 )
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
+from zephon.storage.http import HTTPBackend
 from zephon.storage.http_status import cause_of, error_for_connection
+from zephon.storage.s3_presigned import PresignedReads, presigner
 from zephon.storage.uri import split_bucket_key
 
 __all__ = ["S3Backend"]
@@ -72,6 +76,13 @@ _THROTTLED = {
 }
 _TRANSIENT = {"InternalError", "RequestTimeout", "ServiceUnavailable", "500", "502", "504"}
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_CONNECTION_ERRORS = (
+    BotoCoreError,
+    aiohttp.ClientError,
+    ConnectionError,
+    TimeoutError,
+    asyncio.IncompleteReadError,
+)
 _OPTION_KEYS = {"endpoint_url", "key", "secret", "token", "region_name", "anon", "profile"}
 
 
@@ -97,7 +108,7 @@ def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
         return AccessDenied("no usable AWS credentials found", uri=uri)
     if isinstance(exc, NoRegionError | ParamValidationError):
         return ConfigError(f"invalid S3 request ({type(exc).__name__}) for {redact_uri(uri)}")
-    if isinstance(exc, BotoCoreError | aiohttp.ClientError | ConnectionError | TimeoutError):
+    if isinstance(exc, _CONNECTION_ERRORS):
         endpoint = _endpoint_of(exc)
         hint = f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)" if endpoint else ""
         if isinstance(exc, EndpointConnectionError | aiohttp.ClientConnectorError):
@@ -189,6 +200,7 @@ class S3Backend:
         self._max_connections = max_connections
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self._client: Any = None
+        self._reads: PresignedReads | None = None
         self._stack: AsyncExitStack | None = None
         self._lock = asyncio.Lock()
 
@@ -217,8 +229,9 @@ class S3Backend:
             "connect_timeout": self._timeouts[0],
             "read_timeout": self._timeouts[1],
         }
-        if opts.get("anon"):
-            config_kwargs["signature_version"] = UNSIGNED
+        # Presigned URLs signed as every other request is (botocore presigns with SigV2 by
+        # default, which regions opened since 2014 refuse).
+        config_kwargs["signature_version"] = UNSIGNED if opts.get("anon") else "s3v4"
         if self.endpoint_url:
             config_kwargs["s3"] = {"addressing_style": "path"}
         client_kwargs: dict[str, Any] = dict(opts.get("client_kwargs") or {})
@@ -238,6 +251,18 @@ class S3Backend:
             session.create_client("s3", config=AioConfig(**config_kwargs), **client_kwargs)
         )
         self._stack = stack
+        verify = client_kwargs.get("verify")
+        if verify is None:
+            verify = session.get_config_variable("ca_bundle")
+        http = HTTPBackend(
+            max_connections=self._max_connections,
+            connect_timeout_s=self._timeouts[0],
+            read_timeout_s=self._timeouts[1],
+            ssl=_ssl_for(verify),
+            trust_env=True,  # proxies from the environment, as botocore takes them
+            translate=translate_s3_error,
+        )
+        self._reads = PresignedReads(presigner(client), http)
         return client
 
     async def get_range(
@@ -245,6 +270,15 @@ class S3Backend:
     ) -> tuple[bytes, int]:
         bucket, key = split_bucket_key(uri)
         client = await self._get_client()
+        if self._reads is not None:
+            try:
+                answer = await self._reads.get_range(uri, bucket, key, start, stop, version)
+            except ZephonError:
+                raise
+            except Exception as exc:  # presigning: no credentials, a bad parameter...
+                raise translate_s3_error(exc, uri) from None
+            if answer is not None:
+                return answer
         kwargs: dict[str, Any] = {
             "Bucket": bucket,
             "Key": key,
@@ -306,6 +340,17 @@ class S3Backend:
         return infos, next_token
 
     async def aclose(self) -> None:
+        if self._reads is not None:
+            reads, self._reads = self._reads, None
+            await reads.aclose()
         if self._stack is not None:
             stack, self._stack, self._client = self._stack, None, None
             await stack.aclose()
+
+
+def _ssl_for(verify: bool | str | None) -> ssl.SSLContext | bool:
+    """aiohttp's ``ssl`` for botocore's ``verify``: ``False``, a CA bundle's path, or
+    botocore's default bundle. Built now, off the first read's path."""
+    if verify is False:
+        return False
+    return ssl.create_default_context(cafile=get_cert_path(verify if verify else True))

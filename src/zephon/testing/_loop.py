@@ -40,7 +40,9 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Stop the loop and wait for its thread (again: nothing)."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
 
 

@@ -5,11 +5,12 @@ connection, a truncated body (either cut mid-stream under the full ``Content-Len
 whole under a shortened one), a stall (the request is accepted and never answered), a body that
 trickles (``trickle_bytes_per_s``), or nothing. ``FaultProxy.faults`` may be replaced while it
 serves: a storm of throttling for a while, then none. Unsigned requests can be refused with
-403, as a private bucket refuses anonymous clients. Bodies are streamed through (the first byte
-leaves as soon as the server sends it); only a request drawn for truncation is buffered. Every
-request can also be delayed. Counts of what was injected are kept in
-:attr:`FaultProxy.injected`, and of what passed through (requests, body bytes) in
-:attr:`FaultProxy.served`. :class:`ProxyProcess` runs one in a child process, so it never
+403, as a private bucket refuses anonymous clients, and presigned requests refused with any
+status (as after a key is rotated, or by a proxy in the way). Bodies are streamed through
+(the first byte leaves as soon as the server sends it); only a request drawn for truncation is
+buffered. Every request can also be delayed. Counts of what was injected are kept in
+:attr:`FaultProxy.injected`, and of what passed through (requests, presigned requests, body
+bytes) in :attr:`FaultProxy.served`. :class:`ProxyProcess` runs one in a child process, so it never
 shares an interpreter lock with the client it measures.
 """
 
@@ -56,6 +57,7 @@ class Faults:
     stall_rate: float = 0.0  # accepted, then never answered (until the client gives up)
     trickle_rate: float = 0.0  # GET bodies sent at trickle_bytes_per_s
     trickle_bytes_per_s: float = 1024.0
+    refuse_presigned: int = 0  # answer query-signed requests with this status, no S3 document
 
 
 class FaultProxy:
@@ -149,10 +151,16 @@ class FaultProxy:
         self.served["requests"] += 1
         if f.latency_s:
             await asyncio.sleep(f.latency_s)
-        signed = "Authorization" in request.headers or "X-Amz-Signature" in request.query
+        presigned = "X-Amz-Signature" in request.query
+        if presigned:
+            self.served["presigned"] += 1
+        signed = presigned or "Authorization" in request.headers
         if f.deny_anonymous and not signed:
             self.injected["denied"] += 1
             return web.Response(status=403, body=_DENIED, content_type="application/xml")
+        if f.refuse_presigned and presigned:
+            self.injected["refused"] += 1
+            return web.Response(status=f.refuse_presigned, text="refused by the proxy")
         fault = self._draw(request.method)
         if fault == "throttle":
             return web.Response(status=503, body=_SLOWDOWN, content_type="application/xml")

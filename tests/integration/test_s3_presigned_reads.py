@@ -1,0 +1,98 @@
+"""S3 ranged reads go over presigned URLs through aiohttp, one URL per object; what that path
+cannot explain (a refused signature, an error without S3's error document) is read again
+through botocore, and plain S3 errors keep their meaning, code and one request each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from zephon.errors import NotFound, ObjectChanged, Throttled, Unreachable
+from zephon.storage import RetryPolicy, open_storage
+from zephon.testing import S3Endpoint
+from zephon.testing.faults import FaultProxy, Faults
+
+pytestmark = pytest.mark.integration
+
+PAYLOAD = bytes(i % 251 for i in range(200_000))
+ONCE = RetryPolicy(max_attempts=1)
+KEY, SECRET = "AKIAPRESIGNEDTEST0001", "presigned/Secret+DoNotLeak=42"
+
+
+@pytest.fixture
+def objects(s3_endpoint: S3Endpoint, s3_bucket: str) -> list[str]:
+    client = s3_endpoint.client()
+    for name in ("a", "b"):
+        client.put_object(Bucket=s3_bucket, Key=f"p/{name}", Body=PAYLOAD)
+    return [f"s3://{s3_bucket}/p/{name}" for name in ("a", "b")]
+
+
+@pytest.fixture
+def proxy(s3_endpoint: S3Endpoint) -> Iterator[FaultProxy]:
+    if S3Endpoint.from_env() is not None:
+        pytest.skip("the proxy's presigned URLs are signed for moto's endpoint")
+    with FaultProxy(s3_endpoint.endpoint_url, Faults()) as running:
+        yield running
+
+
+def _options(s3_endpoint: S3Endpoint, proxy: FaultProxy) -> dict[str, object]:
+    return {**s3_endpoint.storage_options(proxy.url), "key": KEY, "secret": SECRET}
+
+
+async def test_reads_are_presigned_gets_that_name_no_secret(
+    s3_endpoint: S3Endpoint, objects: list[str], proxy: FaultProxy
+) -> None:
+    async with open_storage("s3://", _options(s3_endpoint, proxy), retry=ONCE) as st:
+        info = await st.stat(objects[0])
+        before = proxy.served["requests"]
+        for i in range(10):
+            uri = objects[i % 2]
+            start = i * 9_000
+            assert await st.read(uri, start, start + 5_000) == PAYLOAD[start : start + 5_000]
+        assert await st.read(objects[0], 199_990, 200_000, version=info.version) == PAYLOAD[-10:]
+        assert proxy.served["requests"] - before == 11 == proxy.served["presigned"]
+        with pytest.raises(NotFound) as missing:  # S3's answer, as it said it: one request
+            await st.read(objects[0] + "-missing", 0, 10)
+        assert missing.value.code == "NoSuchKey" and proxy.served["requests"] - before == 12
+        proxy.stop()
+        with pytest.raises(Unreachable) as gone:
+            await st.read(objects[1], 0, 10)
+    shown = str(gone.value) + repr(gone.value) + str(missing.value) + repr(st)
+    assert KEY not in shown and SECRET not in shown and "Signature" not in shown
+    assert "is endpoint_url" in str(gone.value)
+
+
+@pytest.mark.parametrize("status", [403, 400, 502])
+async def test_what_the_fast_path_cannot_explain_is_read_through_botocore(
+    s3_endpoint: S3Endpoint, objects: list[str], proxy: FaultProxy, status: int
+) -> None:
+    """A refused signature (a key rotated, a token revoked), a bad request, or an error
+    without S3's error document (a proxy's): botocore signs the request itself and reads."""
+    proxy.faults = Faults(refuse_presigned=status)
+    async with open_storage("s3://", _options(s3_endpoint, proxy), retry=ONCE) as st:
+        for i in range(4):
+            assert await st.read(objects[i % 2], 100, 300) == PAYLOAD[100:300]
+    assert proxy.injected["refused"] == 4 == proxy.served["presigned"]
+    assert proxy.served["requests"] == 8  # each read once more, header-signed
+
+
+async def test_throttling_keeps_its_code_and_is_not_sent_twice(
+    s3_endpoint: S3Endpoint, objects: list[str], proxy: FaultProxy
+) -> None:
+    proxy.faults = Faults(throttle_rate=1.0)
+    async with open_storage("s3://", _options(s3_endpoint, proxy), retry=ONCE) as st:
+        with pytest.raises(Throttled) as info:  # one attempt of the backend (the storage
+            await st.backend.get_range(objects[0], 0, 10, None)  # waits throttling out)
+    assert info.value.code == "SlowDown" and proxy.served["requests"] == 1
+
+
+async def test_an_object_replaced_under_a_pinned_version_is_object_changed(
+    s3_endpoint: S3Endpoint, s3_bucket: str, objects: list[str], proxy: FaultProxy
+) -> None:
+    async with open_storage("s3://", _options(s3_endpoint, proxy), retry=ONCE) as st:
+        info = await st.stat(objects[0])
+        assert await st.read(objects[0], 0, 4, version=info.version) == PAYLOAD[:4]
+        s3_endpoint.client().put_object(Bucket=s3_bucket, Key="p/a", Body=b"new bytes")
+        with pytest.raises(ObjectChanged):
+            await st.read(objects[0], 0, 4, version=info.version)

@@ -1,0 +1,76 @@
+"""The presigned-URL cache of S3 reads: a URL is reused until its time is up, the least
+recently used are dropped past the bound, and an error without S3's error document is handed
+back (``None``) for botocore to repeat. Served by a real HTTP server; the clock is a test's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zephon.storage import s3_presigned
+from zephon.storage.http import HTTPBackend
+from zephon.storage.s3_presigned import URL_TTL_S, PresignedReads
+from zephon.testing import StaticHTTPServer
+
+DATA = bytes(range(256))
+
+
+async def test_a_url_is_reused_until_its_time_is_up(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(DATA)
+    now, signed = [0.0], []
+    with StaticHTTPServer(tmp_path) as url:
+
+        async def presign(bucket: str, key: str) -> str:
+            signed.append(key)
+            return f"{url}/{key}"
+
+        reads = PresignedReads(presign, HTTPBackend(), clock=lambda: now[0])
+        assert await reads.get_range("s3://b/a.bin", "b", "a.bin", 3, 6, None) == (DATA[3:6], 256)
+        now[0] = URL_TTL_S - 1
+        assert await reads.get_range("s3://b/a.bin", "b", "a.bin", 250, 300, None) == (
+            DATA[250:],
+            256,
+        )
+        assert signed == ["a.bin"]
+        now[0] = URL_TTL_S + 0.5
+        await reads.get_range("s3://b/a.bin", "b", "a.bin", 0, 1, None)
+        assert signed == ["a.bin", "a.bin"] and reads.presigned == 2
+        assert "a.bin" not in repr(reads) and url not in repr(reads)
+        await reads.aclose()
+
+
+async def test_the_least_recently_used_urls_are_dropped_past_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(s3_presigned, "MAX_URLS", 2)
+    for name in "abc":
+        (tmp_path / name).write_bytes(DATA)
+    signed: list[str] = []
+    with StaticHTTPServer(tmp_path) as url:
+
+        async def presign(bucket: str, key: str) -> str:
+            signed.append(key)
+            return f"{url}/{key}"
+
+        reads = PresignedReads(presign, HTTPBackend())
+        for key in "abacab":
+            assert await reads.get_range(f"s3://b/{key}", "b", key, 1, 2, None) == (DATA[1:2], 256)
+        # a, b, a (kept), c (drops b), a (kept), b (signed again, drops c)
+        assert signed == ["a", "b", "c", "b"]
+        await reads.aclose()
+
+
+async def test_an_error_without_an_s3_document_is_handed_back(tmp_path: Path) -> None:
+    signed: list[str] = []
+    with StaticHTTPServer(tmp_path) as url:
+
+        async def presign(bucket: str, key: str) -> str:
+            signed.append(key)
+            return f"{url}/{key}"
+
+        reads = PresignedReads(presign, HTTPBackend())
+        assert await reads.get_range("s3://b/none", "b", "none", 0, 10, None) is None
+        assert await reads.get_range("s3://b/none", "b", "none", 0, 10, None) is None
+        assert signed == ["none", "none"]  # the URL was dropped: signed anew
+        await reads.aclose()
