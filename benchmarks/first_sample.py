@@ -6,7 +6,9 @@ peers benchmark's 64,000 JSONL documents (16 shards) with a persistent index (or
 first, unreported run fills). Each run is a fresh Python process that imports Zephon (timed
 apart), then measures ``Dataset.from_path``, the first sample of a one-lane pipeline and the
 whole epoch. ``floor``: a process that imports only numpy and aiobotocore and GETs the index
-and a shard's first MiB (what any reader on this client needs before a first sample). With
+and a shard's first MiB (what any reader on this client needs before a first sample);
+``bare``: the same two GETs, unsigned, from a process that imports numpy and aiohttp alone (what
+any asyncio reader needs, with no AWS SDK at all). With
 ``--trace`` the first run also prints its timeline: storage client creation, each ranged GET,
 each decode. ``--torch`` imports torch first, as a training process has; ``--freeze`` calls
 ``gc.freeze()`` after the imports (a million long-lived objects no longer traversed by the
@@ -97,6 +99,46 @@ asyncio.run(first_bytes())
 print(json.dumps({"import": imported, "first": time.perf_counter() - t0}))
 """
 
+FLOOR_HTTP = r"""
+import asyncio, json, os, sys, time
+began = time.perf_counter()
+import numpy
+import aiohttp
+imported = time.perf_counter() - began
+path = sys.argv[1].removeprefix("s3://")
+
+async def first_bytes():
+    async with aiohttp.ClientSession() as session:  # unsigned: moto serves anonymous GETs
+        for name in ("_zephon_index.json", "part-000.jsonl"):
+            url = f"{os.environ['AWS_ENDPOINT_URL']}/{path}{name}"
+            async with session.get(url, headers={"Range": "bytes=0-1048575"}) as response:
+                await response.read()
+
+t0 = time.perf_counter()
+asyncio.run(first_bytes())
+print(json.dumps({"import": imported, "first": time.perf_counter() - t0}))
+"""
+
+
+def _floor(script: str, url: str, env: dict[str, str], runs: int) -> tuple[float, float]:
+    """Median import + first, and import alone, of ``runs`` fresh processes of ``script``."""
+    out = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", script, url],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+        for _ in range(runs)
+    ]
+    return (
+        statistics.median(r["import"] + r["first"] for r in out),
+        statistics.median(r["import"] for r in out),
+    )
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -153,18 +195,9 @@ def main() -> None:
             )
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         runs = runs[args.index_cache :]
-        floors = [
-            json.loads(
-                subprocess.run(
-                    [sys.executable, "-c", FLOOR, f"s3://{BUCKET}/{prefix}/"],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout.strip()
-            )
-            for _ in range(args.runs)
-        ]
+        url = f"s3://{BUCKET}/{prefix}/"
+        floor, floor_import = _floor(FLOOR, url, env, args.runs)
+        bare, bare_import = _floor(FLOOR_HTTP, url, env, args.runs)
         how = "warm local index cache" if args.index_cache else "persistent index"
         how += ", torch imported" * args.torch + ", gc.freeze()" * args.freeze
         print(
@@ -178,12 +211,14 @@ def main() -> None:
                 f"(min {min(values):.3f}, max {max(values):.3f})"
             )
         total = statistics.median(r["import"] + r["first"] for r in runs)
-        floor = statistics.median(r["import"] + r["first"] for r in floors)
         print(f"{'total':>10}: {total:.3f} s (import + first: a fresh process to its first sample)")
-        floor_import = statistics.median(r["import"] for r in floors)
         print(
             f"{'floor':>10}: {floor:.3f} s (import numpy and aiobotocore, then GET the index "
             f"and a shard's first MiB: import {floor_import:.3f} s)"
+        )
+        print(
+            f"{'bare':>10}: {bare:.3f} s (import numpy and aiohttp alone, the same two GETs "
+            f"unsigned: import {bare_import:.3f} s)"
         )
         print("first = from Dataset.from_path to the first sample; epoch includes it")
         if args.trace:
