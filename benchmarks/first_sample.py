@@ -6,13 +6,12 @@ peers benchmark's 64,000 JSONL documents (16 shards) with a persistent index (or
 first, unreported run fills). Each run is a fresh Python process that imports Zephon (timed
 apart), then measures ``Dataset.from_path``, the first sample of a one-lane pipeline and the
 whole epoch. ``floor``: a process that imports only numpy and aiobotocore and GETs the index
-and a shard's first MiB (what any reader on this client needs before a first sample);
-``bare``: the same two GETs, unsigned, from a process that imports numpy and aiohttp alone (what
-any asyncio reader needs, with no AWS SDK at all). With
-``--trace`` the first run also prints its timeline: storage client creation, each ranged GET,
-each decode. ``--torch`` imports torch first, as a training process has; ``--freeze`` calls
-``gc.freeze()`` after the imports (a million long-lived objects no longer traversed by the
-garbage collector's full passes).
+and a shard's first MiB (what any reader on this client needs before a first sample); ``bare``:
+the same two GETs at presigned URLs, from a process that imports numpy and aiohttp alone (what
+any asyncio reader needs, with no AWS SDK at all). With ``--trace`` the first run also prints
+its timeline: storage client creation, each ranged GET, each decode. ``--torch`` imports torch
+first, as a training process has; ``--freeze`` calls ``gc.freeze()`` after the imports (a
+million long-lived objects no longer traversed by the garbage collector's full passes).
 
     .venv/bin/python benchmarks/first_sample.py [--runs 7] [--trace] [--index-cache]
         [--torch] [--freeze]
@@ -29,6 +28,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import boto3
+from botocore.config import Config
 
 from peers import BUCKET, upload, write_documents
 from zephon import Dataset
@@ -100,18 +102,17 @@ print(json.dumps({"import": imported, "first": time.perf_counter() - t0}))
 """
 
 FLOOR_HTTP = r"""
-import asyncio, json, os, sys, time
+import asyncio, json, sys, time
 began = time.perf_counter()
 import numpy
 import aiohttp
 imported = time.perf_counter() - began
-path = sys.argv[1].removeprefix("s3://")
 
 async def first_bytes():
-    async with aiohttp.ClientSession() as session:  # unsigned: moto serves anonymous GETs
-        for name in ("_zephon_index.json", "part-000.jsonl"):
-            url = f"{os.environ['AWS_ENDPOINT_URL']}/{path}{name}"
+    async with aiohttp.ClientSession() as session:  # presigned by the parent: no SDK here
+        for url in sys.argv[1:]:
             async with session.get(url, headers={"Range": "bytes=0-1048575"}) as response:
+                assert response.status == 206, response.status
                 await response.read()
 
 t0 = time.perf_counter()
@@ -120,12 +121,12 @@ print(json.dumps({"import": imported, "first": time.perf_counter() - t0}))
 """
 
 
-def _floor(script: str, url: str, env: dict[str, str], runs: int) -> tuple[float, float]:
+def _floor(script: str, args: list[str], env: dict[str, str], runs: int) -> tuple[float, float]:
     """Median import + first, and import alone, of ``runs`` fresh processes of ``script``."""
     out = [
         json.loads(
             subprocess.run(
-                [sys.executable, "-c", script, url],
+                [sys.executable, "-c", script, *args],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -196,8 +197,22 @@ def main() -> None:
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         runs = runs[args.index_cache :]
         url = f"s3://{BUCKET}/{prefix}/"
-        floor, floor_import = _floor(FLOOR, url, env, args.runs)
-        bare, bare_import = _floor(FLOOR_HTTP, url, env, args.runs)
+        floor, floor_import = _floor(FLOOR, [url], env, args.runs)
+        signer = boto3.client(
+            "s3",
+            endpoint_url=proxy.url,
+            aws_access_key_id=endpoint.key,
+            aws_secret_access_key=endpoint.secret,
+            region_name="us-east-1",
+            config=Config(signature_version="s3v4"),
+        )
+        urls = [
+            signer.generate_presigned_url(
+                "get_object", Params={"Bucket": BUCKET, "Key": f"{prefix}/{name}"}, ExpiresIn=3600
+            )
+            for name in ("_zephon_index.json", "part-000.jsonl")
+        ]
+        bare, bare_import = _floor(FLOOR_HTTP, urls, env, args.runs)
         how = "warm local index cache" if args.index_cache else "persistent index"
         how += ", torch imported" * args.torch + ", gc.freeze()" * args.freeze
         print(
@@ -218,7 +233,7 @@ def main() -> None:
         )
         print(
             f"{'bare':>10}: {bare:.3f} s (import numpy and aiohttp alone, the same two GETs "
-            f"unsigned: import {bare_import:.3f} s)"
+            f"presigned: import {bare_import:.3f} s)"
         )
         print("first = from Dataset.from_path to the first sample; epoch includes it")
         if args.trace:
