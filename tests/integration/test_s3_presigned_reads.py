@@ -4,6 +4,9 @@ through botocore, and plain S3 errors keep their meaning, code and one request e
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -96,3 +99,23 @@ async def test_an_object_replaced_under_a_pinned_version_is_object_changed(
         s3_endpoint.client().put_object(Bucket=s3_bucket, Key="p/a", Body=b"new bytes")
         with pytest.raises(ObjectChanged):
             await st.read(objects[0], 0, 4, version=info.version)
+
+
+def test_reads_with_static_keys_load_no_botocore(
+    s3_endpoint: S3Endpoint, objects: list[str]
+) -> None:
+    """A fresh process reading with static keys signs by hand: botocore is never imported
+    (0.1-0.15 s of a process's start), and the bytes are the object's."""
+    script = (
+        "import asyncio, json, sys\n"
+        "from zephon.storage import open_storage\n"
+        "async def main():\n"
+        f"    async with open_storage('s3://', {s3_endpoint.storage_options()!r}) as st:\n"
+        f"        return await st.read({objects[0]!r}, 10, 20)\n"
+        "data = asyncio.run(main())\n"
+        "print(json.dumps([list(data), 'botocore' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    data, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert bytes(data) == PAYLOAD[10:20] and loaded is False

@@ -1,6 +1,7 @@
 """The presigned-URL cache of S3 reads: a URL is reused until its time is up, the least
 recently used are dropped past the bound, and an error without S3's error document is handed
-back (``None``) for botocore to repeat. Served by a real HTTP server; the clock is a test's."""
+back (``None``) for botocore to repeat, that bucket signed by the fallback from then on.
+Served by a real HTTP server; the clock is a test's."""
 
 from __future__ import annotations
 
@@ -69,8 +70,15 @@ async def test_an_error_without_an_s3_document_is_handed_back(tmp_path: Path) ->
             signed.append(key)
             return f"{url}/{key}"
 
-        reads = PresignedReads(presign, HTTPBackend())
+        async def fallback(bucket: str, key: str) -> str:
+            signed.append("fallback:" + key)
+            return f"{url}/{key}"
+
+        reads = PresignedReads(presign, HTTPBackend(), fallback=fallback)
         assert await reads.get_range("s3://b/none", "b", "none", 0, 10, None) is None
         assert await reads.get_range("s3://b/none", "b", "none", 0, 10, None) is None
-        assert signed == ["none", "none"]  # the URL was dropped: signed anew
+        # the URL was dropped, and the bucket's next URLs come from the fallback signer
+        assert signed == ["none", "fallback:none"]
+        assert await reads.get_range("s3://c/none", "c", "none", 0, 10, None) is None
+        assert signed[-1] == "none"  # another bucket: still signed by the first
         await reads.aclose()

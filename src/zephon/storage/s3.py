@@ -10,123 +10,31 @@ where throttling feeds the adaptive limiter.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import re
 import ssl
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import aiohttp
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-from botocore import UNSIGNED
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    NoRegionError,
-    ParamValidationError,
-    PartialCredentialsError,
-)
-from botocore.httpsession import get_cert_path
-
-from zephon.errors import (
-    AccessDenied,
-    ConfigError,
-    NotFound,
-    ObjectChanged,
-    StorageError,
-    Throttled,
-    TransientStorageError,
-    Unreachable,
-    ZephonError,
-    redact_uri,
-)
+from zephon.errors import ConfigError, ObjectChanged, ZephonError
 from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
 from zephon.storage.http import HTTPBackend
-from zephon.storage.http_status import cause_of, error_for_connection
-from zephon.storage.s3_presigned import PresignedReads, presigner
+from zephon.storage.s3_errors import translate_s3_error
+from zephon.storage.s3_presigned import (
+    EXPIRES_S,
+    PresignedReads,
+    direct_presigner,
+    environment_keys,
+)
 from zephon.storage.uri import split_bucket_key
 
-__all__ = ["S3Backend"]
+__all__ = ["S3Backend", "translate_s3_error"]
 
-_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "404", "NoSuchVersion"}
-_DENIED = {
-    "AccessDenied",
-    "403",
-    "Forbidden",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "AllAccessDisabled",
-    "ExpiredToken",
-    "InvalidToken",
-}
-_THROTTLED = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequests",
-    "TooManyRequestsException",
-    "503",
-    "429",
-}
-_TRANSIENT = {"InternalError", "RequestTimeout", "ServiceUnavailable", "500", "502", "504"}
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-_CONNECTION_ERRORS = (
-    BotoCoreError,
-    aiohttp.ClientError,
-    ConnectionError,
-    TimeoutError,
-    asyncio.IncompleteReadError,
-)
 _OPTION_KEYS = {"endpoint_url", "key", "secret", "token", "region_name", "anon", "profile"}
-
-
-def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
-    """Map an aiobotocore/aiohttp failure to a Zephon error by error code and HTTP status."""
-    if isinstance(exc, ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if code in _NOT_FOUND or status == 404:
-            return NotFound("no such object or bucket", uri=uri, status=status, code=code)
-        if code in _DENIED or status in (401, 403):
-            return AccessDenied("access denied", uri=uri, status=status, code=code)
-        if code == "PreconditionFailed" or status == 412:
-            return ObjectChanged(
-                "object changed since it was first seen", uri=uri, status=status, code=code
-            )
-        if code in _THROTTLED or status in (429, 503):
-            return Throttled("throttled", uri=uri, status=status, code=code)
-        if code in _TRANSIENT or (status is not None and status >= 500):
-            return TransientStorageError("server error", uri=uri, status=status, code=code)
-        return StorageError("request failed", uri=uri, status=status, code=code)
-    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-        return AccessDenied("no usable AWS credentials found", uri=uri)
-    if isinstance(exc, NoRegionError | ParamValidationError):
-        return ConfigError(f"invalid S3 request ({type(exc).__name__}) for {redact_uri(uri)}")
-    if isinstance(exc, _CONNECTION_ERRORS):
-        endpoint = _endpoint_of(exc)
-        hint = f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)" if endpoint else ""
-        if isinstance(exc, EndpointConnectionError | aiohttp.ClientConnectorError):
-            return Unreachable(f"connection failed{hint} ({cause_of(exc)})", uri=uri)
-        return error_for_connection(exc, uri, hint)
-    if isinstance(exc, OSError):
-        return TransientStorageError(f"I/O error ({type(exc).__name__})", uri=uri)
-    raise exc
-
-
-def _endpoint_of(exc: BaseException) -> str | None:
-    """The endpoint a connection failure was trying to reach, where the error says it."""
-    url = getattr(exc, "kwargs", {}).get("endpoint_url") if hasattr(exc, "kwargs") else None
-    if url:
-        parts = urlsplit(str(url))  # the endpoint, not the request's path and query
-        return redact_uri(f"{parts.scheme}://{parts.netloc}" if parts.netloc else str(url))
-    host, port = getattr(exc, "host", None), getattr(exc, "port", None)
-    return f"{host}:{port}" if host else None
 
 
 _LOADER: Any = None
@@ -145,6 +53,8 @@ def _new_session(static_keys: bool = False) -> Any:
     global _LOADER, _STATIC
     if static_keys and _STATIC is not None:
         return _STATIC
+    from aiobotocore.session import get_session
+
     session = get_session()
     if _LOADER is None:
         _LOADER = session.get_component("data_loader")
@@ -160,16 +70,11 @@ def _environment_keys() -> dict[str, str]:
     what botocore would resolve first anyway, but known static, so the client shares the
     static-key session (~20 ms saved per client, before the first byte). Not when a profile
     is chosen or the keys expire (botocore refreshes those)."""
-    env = os.environ
-    if env.get("AWS_PROFILE") or env.get("AWS_CREDENTIAL_EXPIRATION"):
+    found = None if os.environ.get("AWS_PROFILE") else environment_keys(os.environ)
+    if found is None:
         return {}
-    key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
-    if not key or not secret:
-        return {}
-    out = {"key": key, "secret": secret}
-    if env.get("AWS_SESSION_TOKEN"):
-        out["token"] = env["AWS_SESSION_TOKEN"]
-    return out
+    key, secret, token = found
+    return {"key": key, "secret": secret, **({"token": token} if token else {})}
 
 
 class S3Backend:
@@ -200,9 +105,11 @@ class S3Backend:
         self._max_connections = max_connections
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self._client: Any = None
+        self._verify: bool | str | None = None  # the client's CA setting, once it exists
         self._reads: PresignedReads | None = None
         self._stack: AsyncExitStack | None = None
         self._lock = asyncio.Lock()
+        self._reads_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
         # Never the options themselves: they may hold keys.
@@ -217,6 +124,9 @@ class S3Backend:
         return self._client
 
     async def _create_client(self) -> Any:
+        from aiobotocore.config import AioConfig
+        from botocore import UNSIGNED
+
         opts = self._options
         if not (opts.get("key") or opts.get("profile") or opts.get("anon")):
             opts = {**opts, **_environment_keys()}
@@ -238,8 +148,7 @@ class S3Backend:
         client_kwargs.setdefault("region_name", opts.get("region_name"))
         if self.endpoint_url:
             client_kwargs["endpoint_url"] = self.endpoint_url
-        env = os.environ
-        endpoint = self.endpoint_url or env.get("AWS_ENDPOINT_URL_S3", env.get("AWS_ENDPOINT_URL"))
+        endpoint = self._endpoint()
         if endpoint and endpoint.startswith("http://"):  # no TLS: no CA bundle to load
             client_kwargs.setdefault("verify", False)  # (~40 ms before the first read)
         if opts.get("key"):
@@ -252,33 +161,65 @@ class S3Backend:
         )
         self._stack = stack
         verify = client_kwargs.get("verify")
-        if verify is None:
-            verify = session.get_config_variable("ca_bundle")
-        http = HTTPBackend(
-            max_connections=self._max_connections,
-            connect_timeout_s=self._timeouts[0],
-            read_timeout_s=self._timeouts[1],
-            ssl=_ssl_for(verify),
-            trust_env=True,  # proxies from the environment, as botocore takes them
-            translate=translate_s3_error,
-        )
-        self._reads = PresignedReads(presigner(client), http)
+        self._verify = session.get_config_variable("ca_bundle") if verify is None else verify
         return client
+
+    async def _presigned_reads(self) -> PresignedReads:
+        """The reads over presigned URLs, made on first use: signed by hand where the
+        inputs are plain (no botocore imported, no client built before the first byte), else
+        by the botocore client, which also signs for a bucket that refused a hand-signed URL."""
+        if self._reads is not None:
+            return self._reads
+        async with self._reads_lock:
+            if self._reads is None:
+                direct = direct_presigner(self._options)
+                if direct is None:
+                    await self._get_client()  # its CA setting, and the presigner itself
+                http = HTTPBackend(
+                    max_connections=self._max_connections,
+                    connect_timeout_s=self._timeouts[0],
+                    read_timeout_s=self._timeouts[1],
+                    ssl=_ssl_for(self._endpoint(), self._verify),
+                    trust_env=True,  # proxies from the environment, as botocore takes them
+                    translate=translate_s3_error,
+                )
+                fallback = self._botocore_presign
+                self._reads = PresignedReads(direct or fallback, http, fallback=fallback)
+        return self._reads
+
+    async def _botocore_presign(self, bucket: str, key: str) -> str:
+        client = await self._get_client()
+        url: str = await client.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=EXPIRES_S
+        )
+        return url
+
+    def _endpoint(self) -> str | None:
+        env = os.environ
+        return self.endpoint_url or env.get("AWS_ENDPOINT_URL_S3", env.get("AWS_ENDPOINT_URL"))
 
     async def get_range(
         self, uri: str, start: int, stop: int, version: str | None
     ) -> tuple[bytes, int]:
         bucket, key = split_bucket_key(uri)
+        try:
+            reads = await self._presigned_reads()
+            answer = await reads.get_range(uri, bucket, key, start, stop, version)
+        except ZephonError:
+            raise
+        except Exception as exc:  # presigning: no credentials, a bad parameter...
+            raise translate_s3_error(exc, uri) from None
+        if answer is not None:
+            return answer
+        return await self._get_object(uri, bucket, key, start, stop, version)
+
+    async def _get_object(
+        self, uri: str, bucket: str, key: str, start: int, stop: int, version: str | None
+    ) -> tuple[bytes, int]:
+        """The read through botocore's ``get_object``: what the presigned path hands back."""
+        from botocore.exceptions import ClientError
+
         client = await self._get_client()
-        if self._reads is not None:
-            try:
-                answer = await self._reads.get_range(uri, bucket, key, start, stop, version)
-            except ZephonError:
-                raise
-            except Exception as exc:  # presigning: no credentials, a bad parameter...
-                raise translate_s3_error(exc, uri) from None
-            if answer is not None:
-                return answer
         kwargs: dict[str, Any] = {
             "Bucket": bucket,
             "Key": key,
@@ -348,9 +289,20 @@ class S3Backend:
             await stack.aclose()
 
 
-def _ssl_for(verify: bool | str | None) -> ssl.SSLContext | bool:
-    """aiohttp's ``ssl`` for botocore's ``verify``: ``False``, a CA bundle's path, or
-    botocore's default bundle. Built now, off the first read's path."""
-    if verify is False:
+def _ssl_for(endpoint: str | None, verify: bool | str | None) -> ssl.SSLContext | bool:
+    """aiohttp's ``ssl`` for botocore's ``verify``: nothing to check over plain HTTP, else
+    ``False``, a CA bundle's path (``verify``, or ``AWS_CA_BUNDLE``), or the bundle botocore
+    would use (certifi's where installed, else its own)."""
+    if verify is False or (endpoint or "").startswith("http://"):
         return False
-    return ssl.create_default_context(cafile=get_cert_path(verify if verify else True))
+    cafile = verify if isinstance(verify, str) else os.environ.get("AWS_CA_BUNDLE")
+    if not cafile:
+        try:
+            import certifi
+
+            cafile = certifi.where()
+        except ImportError:
+            spec = importlib.util.find_spec("botocore")  # its file, not an import of it
+            origin = spec.origin if spec is not None else None
+            cafile = str(Path(origin).parent / "cacert.pem") if origin else None
+    return ssl.create_default_context(cafile=cafile)

@@ -17,23 +17,43 @@ whose meaning is plain (404, 412, 416, throttling, server errors) never leave th
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from zephon.errors import NotFound
 from zephon.storage.http import HTTPBackend, range_headers, ranged_answer
 from zephon.storage.http_status import error_for_status
+from zephon.storage.sigv4 import presign_get
 
-__all__ = ["URL_TTL_S", "PresignedReads", "presigner"]
+__all__ = [
+    "EXPIRES_S",
+    "URL_TTL_S",
+    "PresignedReads",
+    "direct_presigner",
+    "environment_keys",
+]
 
 URL_TTL_S = 300.0  # a URL is reused this long (signed for EXPIRES_S)
 EXPIRES_S = 3600
 MAX_URLS = 4096  # objects whose URL is kept, the least recently used dropped first
 _PLAIN = frozenset({404, 410, 412, 429}) | frozenset(range(500, 600))  # said here
 _CODE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
+
+# AWS's commercial and GovCloud regions (China and isolated partitions: botocore's rules).
+_AWS_REGION = re.compile(r"(?:us|eu|ap|sa|ca|me|af|il|mx)(?:-gov)?-[a-z]+-\d{1,2}")
+_DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+_ENDPOINT_SETTINGS = (
+    "AWS_USE_FIPS_ENDPOINT",
+    "AWS_USE_DUALSTACK_ENDPOINT",
+    "AWS_S3_USE_ARN_REGION",
+    "AWS_S3_DISABLE_MULTIREGION_ACCESS_POINTS",
+)
 
 Presign = Callable[[str, str], Awaitable[str]]
 
@@ -44,16 +64,24 @@ class PresignedReads:
     Args:
         presign: ``(bucket, key) -> URL``, a GET URL valid for :data:`EXPIRES_S`.
         http: the aiohttp client the reads go through.
+        fallback: the presigner of a bucket once one of ``presign``'s URLs was refused
+            (``presign`` signs by hand; ``fallback`` asks botocore, whose rules know more).
         clock: seconds, monotonic (a test's fake clock).
     """
 
     def __init__(
-        self, presign: Presign, http: HTTPBackend, clock: Callable[[], float] = time.monotonic
+        self,
+        presign: Presign,
+        http: HTTPBackend,
+        fallback: Presign | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._presign = presign
+        self._fallback = fallback
         self._http = http
         self._clock = clock
         self._urls: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        self._refused: set[str] = set()  # buckets signed by the fallback from now on
         self.presigned = 0  # URLs made, for tests and stats
 
     def __repr__(self) -> str:
@@ -65,7 +93,10 @@ class PresignedReads:
         if kept is not None and now < kept[1]:
             self._urls.move_to_end((bucket, key))
             return kept[0]
-        url = await self._presign(bucket, key)
+        presign = self._presign
+        if self._fallback is not None and bucket in self._refused:
+            presign = self._fallback
+        url = await presign(bucket, key)
         self.presigned += 1
         self._urls[(bucket, key)] = (url, now + URL_TTL_S)
         self._urls.move_to_end((bucket, key))
@@ -86,6 +117,7 @@ class PresignedReads:
         code = _code_of(body)
         if code is None or status not in _PLAIN:
             self._urls.pop((bucket, key), None)
+            self._refused.add(bucket)
             return None
         if status in (404, 410):
             raise NotFound("no such object or bucket", uri=uri, status=status, code=code)
@@ -102,14 +134,90 @@ def _code_of(body: bytes) -> str | None:
     return match.group(1).decode() if match else None
 
 
-def presigner(client: Any) -> Presign:
-    """``(bucket, key) -> URL`` through ``client``'s signer (its credentials, refreshed as
-    botocore refreshes them, its endpoint and addressing style)."""
+def direct_presigner(
+    options: Mapping[str, Any], environ: Mapping[str, str] = os.environ
+) -> Presign | None:
+    """A presigner that signs by hand (:mod:`zephon.storage.sigv4`), where what botocore
+    would sign with is plain; ``None`` where it is not (botocore then signs).
+
+    Plain means: static keys (``key``/``secret``/``token`` given, or in ``AWS_ACCESS_KEY_ID``
+    and ``AWS_SECRET_ACCESS_KEY`` without a profile or an expiry) or ``anon``; no
+    ``client_kwargs``; and either an endpoint (``endpoint_url``, ``AWS_ENDPOINT_URL_S3``,
+    ``AWS_ENDPOINT_URL``), read path-style, or AWS itself in a region named by ``region_name``,
+    ``AWS_REGION`` or ``AWS_DEFAULT_REGION`` with no AWS config file and no endpoint setting
+    in the environment (FIPS, dual-stack...) that botocore would apply.
+    """
+    if options.get("profile") or options.get("client_kwargs") or environ.get("AWS_PROFILE"):
+        return None
+    keys: tuple[str, str, str | None] | None = None
+    if options.get("key") and options.get("secret"):
+        keys = (options["key"], options["secret"], options.get("token"))
+    elif not options.get("anon"):
+        found = environment_keys(environ)
+        if found is None:
+            return None
+        keys = found
+    region = options.get("region_name") or environ.get("AWS_REGION")
+    region = region or environ.get("AWS_DEFAULT_REGION")
+    configured = _config_file(environ).is_file()
+    endpoint = options.get("endpoint_url")
+    if not endpoint and not environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"):
+        endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        if not region and configured:  # the file may name the region to sign for
+            return None
+        url_of = _path_style(str(endpoint).rstrip("/"))
+    else:
+        if not region or not _AWS_REGION.fullmatch(region) or configured:
+            return None
+        if any(environ.get(name) for name in _ENDPOINT_SETTINGS):
+            return None
+        url_of = _aws_style(region)
+    signing_region = region or "us-east-1"
 
     async def presign(bucket: str, key: str) -> str:
-        url: str = await client.generate_presigned_url(
-            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=EXPIRES_S
+        url = url_of(bucket, quote(key, safe="/~"))
+        if keys is None:
+            return url
+        access, secret, token = keys
+        return presign_get(
+            url,
+            access_key=access,
+            secret_key=secret,
+            token=token,
+            region=signing_region,
+            expires_s=EXPIRES_S,
         )
-        return url
 
     return presign
+
+
+def environment_keys(environ: Mapping[str, str]) -> tuple[str, str, str | None] | None:
+    """Static keys from the environment, as botocore would take them first; ``None`` where
+    they may expire (botocore refreshes those) or are absent."""
+    if environ.get("AWS_CREDENTIAL_EXPIRATION"):
+        return None
+    key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        return None
+    return key, secret, environ.get("AWS_SESSION_TOKEN") or None
+
+
+def _config_file(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("AWS_CONFIG_FILE") or Path.home() / ".aws" / "config").expanduser()
+
+
+def _path_style(endpoint: str) -> Callable[[str, str], str]:
+    return lambda bucket, key: f"{endpoint}/{bucket}/{key}"
+
+
+def _aws_style(region: str) -> Callable[[str, str], str]:
+    """Virtual-hosted URLs, or path-style where the bucket's name cannot be a host name
+    under TLS (dots, capitals: legacy names)."""
+
+    def url_of(bucket: str, key: str) -> str:
+        if _DNS_BUCKET.fullmatch(bucket):
+            return f"https://{bucket}.s3.{region}.amazonaws.com/{key}"
+        return f"https://s3.{region}.amazonaws.com/{bucket}/{key}"
+
+    return url_of
