@@ -19,13 +19,16 @@ from zephon.storage.sigv4 import presign_get
 KEYS = ["a/b.jsonl", "dir with space/ä+b~c=d&e.bin", "x//y/./z", "100%/(1)*'!.txt"]
 
 
+ENDPOINTS = [
+    ("http://127.0.0.1:9000", "us-east-1"),
+    ("https://minio.example:9443/base", "eu-west-1"),
+    (None, "ap-southeast-2"),  # AWS itself: virtual-hosted
+]
+
+
 @pytest.mark.parametrize("key", KEYS)
 @pytest.mark.parametrize("token", [None, "FwoGZXIvYXdzE/abc+=="])
-@pytest.mark.parametrize(
-    ("endpoint", "region"),
-    [("http://127.0.0.1:9000", "us-east-1"), ("https://minio.example:9443/base", "eu-west-1"),
-     (None, "ap-southeast-2")],
-)  # fmt: skip
+@pytest.mark.parametrize(("endpoint", "region"), ENDPOINTS)
 def test_the_signature_is_botocores(
     key: str, token: str | None, endpoint: str | None, region: str
 ) -> None:
@@ -96,8 +99,9 @@ def test_anything_else_is_left_to_botocore(tmp_path: Path) -> None:
     assert _url({"profile": "dev", **keys}, plain) is None
     assert _url({**keys, "client_kwargs": {"verify": False}}, plain) is None
     assert _url(keys, {**plain, "AWS_PROFILE": "dev"}) is None
-    assert _url({}, {**plain, "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
-                     "AWS_CREDENTIAL_EXPIRATION": "2030-01-01T00:00:00Z"}) is None  # fmt: skip
+    expiring = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
+    expiring["AWS_CREDENTIAL_EXPIRATION"] = "2030-01-01T00:00:00Z"
+    assert _url({}, {**plain, **expiring}) is None
     assert _url({}, plain) is None  # credentials botocore must find (a role, a file...)
     assert _url(keys, {**plain, "AWS_CONFIG_FILE": str(config)}) is None
     assert _url(keys, {**plain, "AWS_USE_FIPS_ENDPOINT": "true"}) is None

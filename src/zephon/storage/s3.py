@@ -4,7 +4,9 @@ Configuration follows the AWS conventions (environment, ``~/.aws`` files, ``AWS_
 overridable with fsspec/s3fs-style ``storage_options``: ``endpoint_url``, ``key``, ``secret``,
 ``token``, ``region_name``, ``anon``, ``profile``. botocore's own retries are switched off:
 retries live in :class:`~zephon.storage.managed.ManagedStorage`, where they are counted and
-where throttling feeds the adaptive limiter.
+where throttling feeds the adaptive limiter. Ranged reads go over presigned URLs through
+aiohttp (:mod:`zephon.storage.s3_presigned`); botocore and its client are made only when
+needed (HEAD, listings, writes, credentials it must resolve, a read it must repeat).
 """
 
 from __future__ import annotations
