@@ -111,11 +111,37 @@ def test_reads_with_static_keys_load_no_botocore(
         "from zephon.storage import open_storage\n"
         "async def main():\n"
         f"    async with open_storage('s3://', {s3_endpoint.storage_options()!r}) as st:\n"
-        f"        return await st.read({objects[0]!r}, 10, 20)\n"
-        "data = asyncio.run(main())\n"
-        "print(json.dumps([list(data), 'botocore' in sys.modules]))\n"
+        f"        listed = [i.uri async for i in st.list({objects[0][:-1]!r})]\n"
+        f"        return listed, await st.read({objects[0]!r}, 10, 20)\n"
+        "listed, data = asyncio.run(main())\n"
+        "print(json.dumps([listed, list(data), 'botocore' in sys.modules]))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    data, loaded = json.loads(out.stdout.strip().splitlines()[-1])
-    assert bytes(data) == PAYLOAD[10:20] and loaded is False
+    listed, data, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert listed == objects and bytes(data) == PAYLOAD[10:20] and loaded is False
+
+
+NAMES = ["plain.bin", "with space.bin", "plus+sign.bin", "ünïcode/ä.bin", "tab\tand%.bin", "dir/"]
+
+
+@pytest.mark.parametrize("refuse", [0, 403])
+async def test_a_listing_signed_by_hand_is_botocores(
+    s3_endpoint: S3Endpoint, s3_bucket: str, proxy: FaultProxy, refuse: int
+) -> None:
+    """Keys of every kind of character listed by hand as botocore lists them ("directory"
+    keys left out); a refused hand-signed listing is listed by botocore instead."""
+    client = s3_endpoint.client()
+    for name in NAMES:
+        client.put_object(Bucket=s3_bucket, Key=f"odd/{name}", Body=name.encode())
+    want = sorted(f"s3://{s3_bucket}/odd/{n}" for n in NAMES if not n.endswith("/"))
+    proxy.faults = Faults(refuse_presigned=refuse)
+    async with open_storage("s3://", _options(s3_endpoint, proxy), retry=ONCE) as st:
+        infos = [i async for i in st.list(f"s3://{s3_bucket}/odd/")]
+        assert sorted(i.uri for i in infos) == want
+        sizes = {i.uri.rsplit("/", 1)[1]: i.size_bytes for i in infos}
+        assert sizes["with space.bin"] == len(b"with space.bin")
+        assert all(i.version.startswith('"') for i in infos)  # ETags, quoted as botocore's
+        again = [i async for i in st.list(f"s3://{s3_bucket}/odd/")]
+    assert again == infos
+    assert proxy.injected["refused"] == (1 if refuse else 0)  # then botocore for good

@@ -11,6 +11,7 @@ import pytest
 
 from zephon.storage import s3_presigned
 from zephon.storage.http import HTTPBackend
+from zephon.storage.s3_listing import parse_listing
 from zephon.storage.s3_presigned import URL_TTL_S, PresignedReads
 from zephon.testing import StaticHTTPServer
 
@@ -82,3 +83,29 @@ async def test_an_error_without_an_s3_document_is_handed_back(tmp_path: Path) ->
         assert await reads.get_range("s3://c/none", "c", "none", 0, 10, None) is None
         assert signed[-1] == "none"  # another bucket: still signed by the first
         await reads.aclose()
+
+
+LISTING = b"""<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+<Name>bk</Name><Prefix>p%2F</Prefix><KeyCount>3</KeyCount><MaxKeys>1000</MaxKeys>
+<EncodingType>url</EncodingType><IsTruncated>true</IsTruncated>
+<Contents><Key>p%2Fa+b.bin</Key><Size>7</Size><ETag>&quot;e1&quot;</ETag></Contents>
+<Contents><Key>p%2Fdir%2F</Key><Size>0</Size><ETag>&quot;e2&quot;</ETag></Contents>
+<Contents><Key>p%2F%C3%A4%09.bin</Key><Size>9</Size><ETag>&quot;e3&quot;</ETag></Contents>
+<NextContinuationToken>tok/en+=</NextContinuationToken>
+</ListBucketResult>"""
+
+
+def test_a_listing_answer_is_read_as_botocore_reads_it() -> None:
+    infos, token = parse_listing(LISTING, "bk")
+    assert [(i.uri, i.size_bytes, i.version) for i in infos] == [
+        ("s3://bk/p/a b.bin", 7, '"e1"'),
+        ("s3://bk/p/\u00e4\t.bin", 9, '"e3"'),
+    ]
+    assert token == "tok/en+="
+    last, token = parse_listing(LISTING.replace(b"<IsTruncated>true", b"<IsTruncated>false"), "bk")
+    assert token is None and len(last) == 2
+    with pytest.raises(ValueError, match="continuation"):
+        parse_listing(
+            LISTING.replace(b"<NextContinuationToken>tok/en+=</NextContinuationToken>", b""), "bk"
+        )

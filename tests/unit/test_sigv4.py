@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from zephon.storage.s3_presigned import direct_presigner
+from zephon.storage.s3_presigned import hand_signer
 from zephon.storage.sigv4 import presign_get
 
 KEYS = ["a/b.jsonl", "dir with space/ä+b~c=d&e.bin", "x//y/./z", "100%/(1)*'!.txt"]
@@ -63,8 +63,8 @@ def test_the_signature_is_botocores(
 
 
 def _url(options: dict[str, object], environ: dict[str, str], bucket: str = "bk1") -> str | None:
-    presign = direct_presigner(options, environ)
-    return None if presign is None else asyncio.run(presign(bucket, "k/x y.bin"))
+    signer = hand_signer(options, environ)
+    return None if signer is None else asyncio.run(signer.presign(bucket, "k/x y.bin"))
 
 
 def test_plain_inputs_are_signed_by_hand(tmp_path: Path) -> None:

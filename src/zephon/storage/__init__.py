@@ -19,6 +19,7 @@
 | ``policy`` | Policies of a storage client: how it retries and how far it may run ahead |
 | ``registry`` | Which backend serves which URI scheme |
 | ``s3`` | Amazon S3 and S3-compatible stores (MinIO, moto, R2...) through aiobotocore |
+| ``s3_listing`` | S3 listings (ListObjectsV2) at hand-signed URLs through aiohttp |
 | ``s3_errors`` | Translation of S3 failures (botocore's errors, aiohttp's) into Zephon's errors |
 | ``s3_presigned`` | S3 ranged reads over presigned URLs: the hot path of the S3 backend |
 | ``sigv4`` | Presigned S3 GET URLs (AWS Signature Version 4, query parameters) without botocore |

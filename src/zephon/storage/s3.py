@@ -25,11 +25,13 @@ from zephon.refs import ObjectInfo
 from zephon.storage.base import ListPage
 from zephon.storage.http import HTTPBackend
 from zephon.storage.s3_errors import translate_s3_error
+from zephon.storage.s3_listing import list_signed
 from zephon.storage.s3_presigned import (
     EXPIRES_S,
+    HandSigner,
     PresignedReads,
-    direct_presigner,
     environment_keys,
+    hand_signer,
 )
 from zephon.storage.uri import split_bucket_key
 
@@ -109,6 +111,9 @@ class S3Backend:
         self._client: Any = None
         self._verify: bool | str | None = None  # the client's CA setting, once it exists
         self._reads: PresignedReads | None = None
+        self._signer: HandSigner | None = None
+        self._signer_known = False  # hand_signer asked (once: it reads the environment)
+        self._list_by_hand = True  # until a hand-signed listing is refused
         self._stack: AsyncExitStack | None = None
         self._lock = asyncio.Lock()
         self._reads_lock = asyncio.Lock()
@@ -174,8 +179,8 @@ class S3Backend:
             return self._reads
         async with self._reads_lock:
             if self._reads is None:
-                direct = direct_presigner(self._options)
-                if direct is None:
+                signer = self._hand_signer()
+                if signer is None:
                     await self._get_client()  # its CA setting, and the presigner itself
                 http = HTTPBackend(
                     max_connections=self._max_connections,
@@ -186,8 +191,14 @@ class S3Backend:
                     translate=translate_s3_error,
                 )
                 fallback = self._botocore_presign
-                self._reads = PresignedReads(direct or fallback, http, fallback=fallback)
+                presign = signer.presign if signer is not None else fallback
+                self._reads = PresignedReads(presign, http, fallback=fallback)
         return self._reads
+
+    def _hand_signer(self) -> HandSigner | None:
+        if not self._signer_known:
+            self._signer, self._signer_known = hand_signer(self._options), True
+        return self._signer
 
     async def _botocore_presign(self, bucket: str, key: str) -> str:
         client = await self._get_client()
@@ -266,6 +277,18 @@ class S3Backend:
 
     async def list_page(self, prefix: str, token: str | None) -> ListPage:
         bucket, key_prefix = split_bucket_key(prefix)
+        signer = self._hand_signer()
+        if signer is not None and self._list_by_hand:
+            reads = await self._presigned_reads()
+            try:
+                page = await list_signed(reads.http, signer, bucket, key_prefix, token)
+            except ZephonError:
+                raise
+            except Exception as exc:
+                raise translate_s3_error(exc, prefix) from None
+            if page is not None:
+                return page
+            self._list_by_hand = False  # botocore lists from now on
         client = await self._get_client()
         kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key_prefix, "MaxKeys": 1000}
         if token:

@@ -22,9 +22,10 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from zephon.errors import NotFound
 from zephon.storage.http import HTTPBackend, range_headers, ranged_answer
@@ -34,9 +35,11 @@ from zephon.storage.sigv4 import presign_get
 __all__ = [
     "EXPIRES_S",
     "URL_TTL_S",
+    "HandSigner",
     "PresignedReads",
-    "direct_presigner",
+    "code_of",
     "environment_keys",
+    "hand_signer",
 ]
 
 URL_TTL_S = 300.0  # a URL is reused this long (signed for EXPIRES_S)
@@ -78,7 +81,7 @@ class PresignedReads:
     ) -> None:
         self._presign = presign
         self._fallback = fallback
-        self._http = http
+        self.http = http
         self._clock = clock
         self._urls: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._refused: set[str] = set()  # buckets signed by the fallback from now on
@@ -111,10 +114,10 @@ class PresignedReads:
         answer is one for botocore to repeat and explain (the URL is then dropped)."""
         url = await self._url(bucket, key)
         headers = range_headers(start, stop, version)
-        status, answer, body = await self._http.request("GET", url, headers, uri=uri)
+        status, answer, body = await self.http.request("GET", url, headers, uri=uri)
         if status in (200, 206, 416):
             return ranged_answer(status, answer, body, start, stop, version, uri)
-        code = _code_of(body)
+        code = code_of(body)
         if code is None or status not in _PLAIN:
             self._urls.pop((bucket, key), None)
             self._refused.add(bucket)
@@ -125,20 +128,63 @@ class PresignedReads:
 
     async def aclose(self) -> None:
         self._urls.clear()
-        await self._http.aclose()
+        await self.http.aclose()
 
 
-def _code_of(body: bytes) -> str | None:
+def code_of(body: bytes) -> str | None:
     """The ``<Code>`` of an S3 error document (``SlowDown``, ``NoSuchKey``...), if any."""
     match = _CODE.search(body[:4096])
     return match.group(1).decode() if match else None
 
 
-def direct_presigner(
+@dataclass(frozen=True)
+class HandSigner:
+    """URLs of one S3 endpoint signed by hand (:mod:`zephon.storage.sigv4`): an object's GET
+    and a bucket's listing. ``keys`` is ``None`` for anonymous access (nothing signed)."""
+
+    keys: tuple[str, str, str | None] | None
+    region: str
+    endpoint: str | None  # path-style under it; ``None``: AWS's own host names
+
+    def __repr__(self) -> str:
+        return f"HandSigner(region={self.region!r}, endpoint={self.endpoint!r})"  # no keys
+
+    def _base(self, bucket: str) -> str:
+        if self.endpoint is not None:
+            return f"{self.endpoint}/{bucket}"
+        if _DNS_BUCKET.fullmatch(bucket):  # else a legacy name: path-style (dots break TLS)
+            return f"https://{bucket}.s3.{self.region}.amazonaws.com"
+        return f"https://s3.{self.region}.amazonaws.com/{bucket}"
+
+    def _sign(self, url: str, query: Mapping[str, str] | None = None) -> str:
+        if self.keys is None:
+            return url + ("?" + urlencode(query, quote_via=quote) if query else "")
+        access, secret, token = self.keys
+        return presign_get(
+            url,
+            access_key=access,
+            secret_key=secret,
+            token=token,
+            region=self.region,
+            expires_s=EXPIRES_S,
+            query=query,
+        )
+
+    async def presign(self, bucket: str, key: str) -> str:
+        """A GET URL of ``bucket``/``key`` (a :data:`Presign`)."""
+        return self._sign(f"{self._base(bucket)}/{quote(key, safe='/~')}")
+
+    def list_url(self, bucket: str, query: Mapping[str, str]) -> str:
+        """A GET URL of ``bucket``'s listing (ListObjectsV2) with ``query``."""
+        base = self._base(bucket)
+        return self._sign(base if self.endpoint is not None else base + "/", query)
+
+
+def hand_signer(
     options: Mapping[str, Any], environ: Mapping[str, str] = os.environ
-) -> Presign | None:
-    """A presigner that signs by hand (:mod:`zephon.storage.sigv4`), where what botocore
-    would sign with is plain; ``None`` where it is not (botocore then signs).
+) -> HandSigner | None:
+    """A signer by hand where what botocore would sign with is plain; ``None`` where it is
+    not (botocore then signs).
 
     Plain means: static keys (``key``/``secret``/``token`` given, or in ``AWS_ACCESS_KEY_ID``
     and ``AWS_SECRET_ACCESS_KEY`` without a profile or an expiry) or ``anon``; no
@@ -166,30 +212,12 @@ def direct_presigner(
     if endpoint:
         if not region and configured:  # the file may name the region to sign for
             return None
-        url_of = _path_style(str(endpoint).rstrip("/"))
-    else:
-        if not region or not _AWS_REGION.fullmatch(region) or configured:
-            return None
-        if any(environ.get(name) for name in _ENDPOINT_SETTINGS):
-            return None
-        url_of = _aws_style(region)
-    signing_region = region or "us-east-1"
-
-    async def presign(bucket: str, key: str) -> str:
-        url = url_of(bucket, quote(key, safe="/~"))
-        if keys is None:
-            return url
-        access, secret, token = keys
-        return presign_get(
-            url,
-            access_key=access,
-            secret_key=secret,
-            token=token,
-            region=signing_region,
-            expires_s=EXPIRES_S,
-        )
-
-    return presign
+        return HandSigner(keys, region or "us-east-1", str(endpoint).rstrip("/"))
+    if not region or not _AWS_REGION.fullmatch(region) or configured:
+        return None
+    if any(environ.get(name) for name in _ENDPOINT_SETTINGS):
+        return None
+    return HandSigner(keys, region, None)
 
 
 def environment_keys(environ: Mapping[str, str]) -> tuple[str, str, str | None] | None:
@@ -205,19 +233,3 @@ def environment_keys(environ: Mapping[str, str]) -> tuple[str, str, str | None] 
 
 def _config_file(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("AWS_CONFIG_FILE") or Path.home() / ".aws" / "config").expanduser()
-
-
-def _path_style(endpoint: str) -> Callable[[str, str], str]:
-    return lambda bucket, key: f"{endpoint}/{bucket}/{key}"
-
-
-def _aws_style(region: str) -> Callable[[str, str], str]:
-    """Virtual-hosted URLs, or path-style where the bucket's name cannot be a host name
-    under TLS (dots, capitals: legacy names)."""
-
-    def url_of(bucket: str, key: str) -> str:
-        if _DNS_BUCKET.fullmatch(bucket):
-            return f"https://{bucket}.s3.{region}.amazonaws.com/{key}"
-        return f"https://s3.{region}.amazonaws.com/{bucket}/{key}"
-
-    return url_of

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import quote, urlsplit
 
@@ -33,15 +34,17 @@ def presign_get(
     token: str | None,
     region: str,
     expires_s: int,
+    query: Mapping[str, str] | None = None,
     now: datetime | None = None,
 ) -> str:
-    """``url`` (an object's URL, its path already percent-encoded, no query) signed for a GET
+    """``url`` (its path already percent-encoded, no query) with ``query`` signed for a GET
     by anyone holding it for ``expires_s`` seconds from ``now``."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     scope = f"{day}/{region}/s3/aws4_request"
     parts = urlsplit(url)
     params = {
+        **(query or {}),
         "X-Amz-Algorithm": _ALGORITHM,
         "X-Amz-Credential": f"{access_key}/{scope}",
         "X-Amz-Date": stamp,
