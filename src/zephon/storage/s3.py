@@ -5,8 +5,9 @@ overridable with fsspec/s3fs-style ``storage_options``: ``endpoint_url``, ``key`
 ``token``, ``region_name``, ``anon``, ``profile``. botocore's own retries are switched off:
 retries live in :class:`~zephon.storage.managed.ManagedStorage`, where they are counted and
 where throttling feeds the adaptive limiter. Ranged reads go over presigned URLs through
-aiohttp (:mod:`zephon.storage.s3_presigned`); botocore and its client are made only when
-needed (HEAD, listings, writes, credentials it must resolve, a read it must repeat).
+aiohttp (:mod:`zephon.storage.s3_presigned`), and so do listings where the URLs are signed
+by hand (:mod:`zephon.storage.s3_listing`); botocore and its client are made only when needed
+(HEAD, writes, credentials it must resolve, a read or a listing it must repeat).
 """
 
 from __future__ import annotations
