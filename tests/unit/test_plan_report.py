@@ -13,6 +13,7 @@ import pytest
 
 from zephon import ConfigError, Dataset, MixtureSchedule, Pipeline, StaticMixtureWorkSource
 from zephon.cli import main
+from zephon.plan.report import read_amplification
 
 SIZES = {"web": 300, "code": 120, "math": 45}
 
@@ -191,3 +192,31 @@ def test_explain_estimates_read_amplification_and_warns_above_one_and_a_half(
 def _amplification(explained: str) -> float:
     line = next(x for x in explained.splitlines() if x.startswith("reads: about"))
     return float(line.split("about ")[1].split("x")[0])
+
+
+def test_the_read_estimate_counts_what_the_range_cache_keeps(tmp_path: Path) -> None:
+    """Consecutive chunks that draw from one Parquet row group each read all of it; the
+    range cache fetches it once, and so does the estimate ``explain()`` prints (no warning
+    for a plan whose reads the cache absorbs); a cache too small to keep anything, or none,
+    counts every read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "web").mkdir()
+    for s in range(2):
+        rows = pa.table({"i": range(s * 2000, s * 2000 + 2000), "t": ["y" * 1500] * 2000})
+        pq.write_table(rows, tmp_path / "code" / f"p{s}.parquet", row_group_size=500)
+        lines = "".join(
+            json.dumps({"i": s * 2000 + i, "t": "x" * 1500}) + "\n" for i in range(2000)
+        )
+        (tmp_path / "web" / f"p{s}.jsonl").write_text(lines)
+    datasets = [Dataset.from_path(n, str(tmp_path / n)) for n in ("code", "web")]
+    ws = StaticMixtureWorkSource(datasets, shuffle="block", chunk_size=64, seed=1)
+    bare = read_amplification(ws, 2)
+    cached = read_amplification(ws, 2, cache_bytes=64 << 20)
+    assert bare is not None and cached is not None
+    assert bare > 1.5 and cached < 1.3 and read_amplification(ws, 2, cache_bytes=1) == bare
+    explained = Pipeline(ws, lanes=2).explain()  # its range cache on, as by default
+    assert _amplification(explained) < 1.3 and "warning" not in explained
+    assert "warning: the plan reads" in Pipeline(ws, lanes=2, range_cache_bytes=0).explain()

@@ -225,7 +225,7 @@ class PipelineSpec:
         lines.append(
             f"merge lanes ({order}) -> prefetch({self.prefetch_blocks} blocks) -> consumer"
         )
-        lines += read_lines(ws, self.lanes)
+        lines += read_lines(ws, self.lanes, self.range_cache_capacity)
         return "\n".join(lines)
 
 
@@ -251,10 +251,11 @@ def largest_unit_shard(manifests: Any) -> int:
     return best
 
 
-def read_lines(ws: Any, lanes: int) -> list[str]:
+def read_lines(ws: Any, lanes: int, cache_bytes: int = 0) -> list[str]:
     """What ``explain()`` says of the plan's reads: their bytes over the samples' (estimated
-    on the first chunks of lane 0, before the range cache), and a warning above 1.5x."""
-    amplification = read_amplification(ws, lanes)
+    on the first chunks of lane 0, through a range cache of ``cache_bytes``), and a warning
+    above 1.5x."""
+    amplification = read_amplification(ws, lanes, cache_bytes=cache_bytes)
     if amplification is None:
         return []
     lines = [f"reads: about {amplification:.2f}x the samples' bytes (first chunks of lane 0)"]

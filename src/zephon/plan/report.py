@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -312,13 +313,17 @@ def _user_phases(ws: StaticMixtureWorkSource) -> list[int]:
     return [0]
 
 
-def read_amplification(ws: StaticMixtureWorkSource, lanes: int, chunks: int = 8) -> float | None:
+def read_amplification(
+    ws: StaticMixtureWorkSource, lanes: int, chunks: int = 8, cache_bytes: int = 0
+) -> float | None:
     """Bytes the first ``chunks`` chunks of lane 0 fetch (as the fetch stage groups their
-    reads, before any cache) over the bytes of their samples: 1.0 reads nothing more than the
-    data; a global shuffle of small records reads neighbours too. ``None`` if it cannot be
-    planned yet (a token mixture before its ratios are measured)."""
+    reads, through a range cache of ``cache_bytes``) over the bytes of their samples: 1.0
+    reads nothing more than the data; a global shuffle of small records reads neighbours
+    too. ``None`` if it cannot be planned yet (a token mixture before its ratios are
+    measured)."""
     groups = ReadGroups(ws.coalesce_gap_bytes, ws.max_request_bytes)
-    data = reads = 0.0
+    cache = _CacheModel(cache_bytes)
+    data = 0.0
     try:
         for j, chunk in enumerate(ws.chunks(0, lanes)):
             if j == chunks:
@@ -328,8 +333,53 @@ def read_amplification(ws: StaticMixtureWorkSource, lanes: int, chunks: int = 8)
                 nbytes = ws.manifests[d].sample_nbytes(chunk.shards[mask], chunk.samples[mask])
                 data += float(nbytes.sum())
             for request in chunk.requests:
-                reads += sum(group_reads(g)[1] for g in groups.add(request))
+                for group in groups.add(request):
+                    cache.read_group(group)
     except ConfigError:
         return None
-    reads += sum(group_reads(g)[1] for g in groups.finish())
-    return reads / data if data else None
+    for group in groups.finish():
+        cache.read_group(group)
+    return cache.fetched / data if data else None
+
+
+class _CacheModel:
+    """The fetch stage's range cache as the estimate sees it: the spans read, per object,
+    least recently used out past ``capacity`` bytes; a read fetches only what no kept span
+    covers (``capacity`` 0: every read fetches all it spans)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.fetched = 0
+        self._spans: OrderedDict[tuple[str, int], int] = OrderedDict()  # (uri, start) -> stop
+        self._bytes = 0
+
+    def read_group(self, group: list[Any]) -> None:
+        if len(group) == 1:
+            for start, stop in group[0].ranges:
+                self._read(group[0].uri, start, stop)
+        else:
+            self._read(group[0].uri, group[0].ranges[0][0], max(r.ranges[0][1] for r in group))
+
+    def _read(self, uri: str, start: int, stop: int) -> None:
+        if self.capacity <= 0:
+            self.fetched += stop - start
+            return
+        covered = [
+            (max(a, start), min(b, stop))
+            for (u, a), b in self._spans.items()
+            if u == uri and a < stop and b > start
+        ]
+        kept, at = 0, start
+        for a, b in sorted(covered):
+            a = max(a, at)
+            if b > a:
+                kept += b - a
+                at = b
+        self.fetched += stop - start - kept
+        key = (uri, start)
+        self._bytes -= self._spans.pop(key, start) - start
+        self._spans[key] = stop
+        self._bytes += stop - start
+        while self._bytes > self.capacity and self._spans:
+            (_, a), b = self._spans.popitem(last=False)
+            self._bytes -= b - a
