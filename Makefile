@@ -35,9 +35,11 @@ $(AZURITE):
 
 azurite: $(AZURITE)
 
-# The suite includes the docs: every Python block runs, and the site builds with --strict.
+# The types are checked first. The suite includes the docs: every Python block runs, and the
+# site builds with --strict.
 # Then a minute of the chaos harness, with a fresh seed it prints (see benchmarks/chaos.py).
 test: $(STAMP) $(AZURITE)
+	$(BIN)/mypy src
 	$(BIN)/python -m pytest -q
 	$(BIN)/python benchmarks/chaos.py --seconds 60
 

@@ -215,6 +215,7 @@ async def test_persistent_index_replaces_the_scan(
     location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base, options, upload = location
+    monkeypatch.setenv("WORLD_SIZE", "4")  # a rank of a job: no speculative requests
     write_jsonl(tmp_path / "src", shards=6)
     await upload(tmp_path / "src")
     first = await Dataset.afrom_path("web", base, storage_options=options, index_cache=False)
@@ -244,19 +245,21 @@ async def test_persistent_index_replaces_the_scan(
 
 
 async def test_a_prefix_seen_without_an_index_probes_and_lists_together(
-    location: Location, tmp_path: Path
+    location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The local index cache notes a prefix that had no persistent index; the next discovery
-    sends the probe and the listing at once, and an index written since still wins."""
+    """The local index cache notes a prefix that had no persistent index; a rank's next
+    discovery sends the probe and the listing at once, and an index written since still
+    wins (a process alone: tests/integration/test_discovery_round_trips.py)."""
     from zephon.dataset.cache import IndexCache
 
     base, options, upload = location
+    monkeypatch.setenv("WORLD_SIZE", "4")
     write_jsonl(tmp_path / "src", shards=4)
     await upload(tmp_path / "src")
     where = tmp_path / "cache"
     first = await Dataset.afrom_path("web", base, storage_options=options, index_cache=where)
     root = first.root
-    assert IndexCache(where).saw_no_index(root)
+    assert IndexCache(where).had_index(root) is False
     again = await Dataset.afrom_path("web", base, storage_options=options, index_cache=where)
     st = again.discovery_stats
     assert again.shards == first.shards and st.listed == 4 and st.indexed == 0
@@ -266,7 +269,7 @@ async def test_a_prefix_seen_without_an_index_probes_and_lists_together(
     third = await Dataset.afrom_path("web", base, storage_options=options, index_cache=where)
     assert third.discovery_stats.from_persistent_index == 4
     assert third.discovery_stats.listed == 0 and third.shards == first.shards
-    assert not IndexCache(where).saw_no_index(root)
+    assert IndexCache(where).had_index(root) is True
 
 
 async def test_gcs_scheme_spelling_finds_the_same_shards(

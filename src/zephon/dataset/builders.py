@@ -18,9 +18,18 @@ from zephon.refs import ObjectInfo
 from zephon.storage import ManagedStorage
 from zephon.storage.keep import ScanKeep
 
-__all__ = ["SCAN_CHUNK_BYTES", "build_jsonl", "build_parquet", "build_records", "build_tar"]
+__all__ = [
+    "PARQUET_PROBE_BYTES",
+    "SCAN_CHUNK_BYTES",
+    "build_jsonl",
+    "build_parquet",
+    "build_records",
+    "build_tar",
+]
 
 SCAN_CHUNK_BYTES = 8 << 20
+# A Parquet file's last 64 KiB hold the footer of almost every real file: one read.
+PARQUET_PROBE_BYTES = 64 * 1024
 _SCAN_WINDOW = 2  # chunks in flight per scanned shard: ~16 MiB ahead, enough to hide latency
 
 
@@ -89,12 +98,12 @@ async def build_parquet(
 ) -> RowGroupIndex:
     """The footer, from a probe of the file's end (one more read for a larger footer). The
     probe's bytes before the footer (row-group data) go to ``keep`` for the first epoch."""
-    from zephon.formats import parquet
-
-    probe = min(info.size_bytes, parquet.FOOTER_PROBE_BYTES)
+    probe = min(info.size_bytes, PARQUET_PROBE_BYTES)
     tail = await storage.read(
         info.uri, info.size_bytes - probe, info.size_bytes, version=info.version
     )
+    from zephon.formats import parquet  # pyarrow: imported while the reads are in flight
+
     try:
         need = parquet.footer_length(tail, info.size_bytes)
         if need > len(tail):  # a large footer: one more read for the rest of it

@@ -72,23 +72,24 @@ class IndexCache:
         self.hits += 1
         return index
 
-    def _root_note(self, root: str) -> Path:
+    def _root_note(self, root: str, present: bool) -> Path:
         key = hashlib.sha256(f"no-index\0{root}".encode()).hexdigest()
-        return self.root / "roots" / f"{key}.none"
+        return self.root / "roots" / f"{key}.{'index' if present else 'none'}"
 
-    def saw_no_index(self, root: str) -> bool:
-        """Whether the prefix ``root`` had no persistent index when last discovered here."""
-        return self._root_note(root).exists()
+    def had_index(self, root: str) -> bool | None:
+        """Whether the prefix ``root`` had a persistent index when last discovered here
+        (``None``: not discovered here yet)."""
+        if self._root_note(root, False).exists():
+            return False
+        return True if self._root_note(root, True).exists() else None
 
     def note_index(self, root: str, present: bool) -> None:
-        """Remember whether ``root`` has a persistent index (only the absence is kept)."""
-        note = self._root_note(root)
+        """Remember whether ``root`` has a persistent index."""
         try:
-            if present:
-                note.unlink(missing_ok=True)
-            else:
-                note.parent.mkdir(parents=True, exist_ok=True)
-                note.touch()
+            self._root_note(root, not present).unlink(missing_ok=True)
+            note = self._root_note(root, present)
+            note.parent.mkdir(parents=True, exist_ok=True)
+            note.touch()
         except OSError:
             pass  # a note that cannot be kept only costs a round trip next time
 

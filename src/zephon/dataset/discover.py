@@ -27,13 +27,7 @@ from zephon.dataset.registry import FORMATS as FORMATS_BY_NAME
 from zephon.dataset.registry import SHARD_FORMATS
 from zephon.errors import ConfigError, FormatError, NotFound, StorageError, redact_uri
 from zephon.formats.codec import Codec
-from zephon.formats.index import (
-    FragmentIndex,
-    RecordIndex,
-    RowGroupIndex,
-    StreamIndex,
-    WholeIndex,
-)
+from zephon.formats.index import FragmentIndex, RecordIndex, RowGroupIndex, StreamIndex, WholeIndex
 from zephon.formats.jsondata import parse_json
 from zephon.formats.project import ProjectedCodec
 from zephon.refs import ObjectInfo, ShardInfo
@@ -344,7 +338,10 @@ async def discover(
     ctx = _Context(name, storage, cache, list(columns) if columns else None, allow_pickle, stats)
     before = (storage.stats.requests, storage.stats.bytes_read)
     try:
-        where = await locate(storage, path, index_uri, format, name, cache, broadcast_index)
+        described = format is None or FORMATS_BY_NAME[format].found_by == "index_json"
+        where = await locate(
+            storage, path, index_uri, format, name, cache, broadcast_index, described
+        )
         objects, root = where.objects, where.root
         stats.listed = len(objects) if where.listed else 0
         ctx.root = root
@@ -374,8 +371,8 @@ async def discover(
         if ctx.persistent is not None:
             ctx.by_uri = {root + e.path: e for e in ctx.persistent.entries}
         raw_index = None
-        if index_json is not None and ctx.persistent is None and format in (None, "mds", "litdata"):
-            raw_index = await read_whole(storage, index_json)
+        if index_json is not None and ctx.persistent is None and described:
+            raw_index = await where.read_metadata(storage, index_json)
         fmt = format or _detect(ctx, objects, index_json, raw_index)
         if FORMATS_BY_NAME[fmt].found_by == "index_json":
             infos, indexes, codec, meta = await _indexed_format(

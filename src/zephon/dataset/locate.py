@@ -5,10 +5,15 @@ index, never a listing: the index names every shard with its size and version, a
 pinned to those versions (a rewritten shard still raises ``ObjectChanged``). So a thousand
 ranks starting at once make one request each instead of a paginated listing each, and under an
 initialised ``torch.distributed`` one request in all: rank 0 reads the index and broadcasts it
-(:mod:`zephon.dataset.share`). Without an index, the prefix is listed. The local index cache
-notes a prefix seen without an index; next time the index probe and the listing go out
-together (one round trip before the first sample instead of two), and an index that has
-appeared since still wins.
+(:mod:`zephon.dataset.share`). Without an index, the prefix is listed.
+
+The local index cache notes whether a prefix had an index. A process discovering a remote
+prefix alone (no process group, no ``WORLD_SIZE`` above one) that is not known to have one
+sends the index probe, the listing and a read of the prefix's ``index.json`` (MDS's and
+LitData's) at once: one round trip before the shards instead of three, for at most two requests
+that find nothing. An index found by the probe still wins, and the others are cancelled. Ranks
+of a job send the probe alone (a listing from every rank is the herd the index avoids) unless
+the cache noted that the prefix had no index; then the probe and the listing go together.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
-from zephon.dataset.share import shared_read
-from zephon.errors import ConfigError, FormatError, NotFound
+from zephon.dataset.share import group_world, shared_read
+from zephon.errors import ConfigError, FormatError, NotFound, StorageError
 from zephon.refs import ObjectInfo, path_of
 from zephon.storage import ManagedStorage
 from zephon.storage.uri import canonical, scheme_of
@@ -49,6 +54,15 @@ class Located:
     listed: bool
     persistent: PersistentIndex | None = None
     index_uri: str = ""
+    metadata: bytes | None = None  # the root's index.json, read beside the listing
+
+    async def read_metadata(self, storage: ManagedStorage, listed: ObjectInfo) -> bytes:
+        """The root's ``index.json`` as listed: the bytes read beside the listing if they
+        are its size (written at about the same moment otherwise), else read again, pinned
+        to the listed version."""
+        if self.metadata is not None and len(self.metadata) == listed.size_bytes:
+            return self.metadata
+        return await read_whole(storage, listed)
 
 
 async def pinned(
@@ -73,24 +87,43 @@ async def locate(
     name: str,
     cache: IndexCache | None = None,
     broadcast: bool = True,
+    metadata: bool = True,
 ) -> Located:
     """The dataset's objects: from its persistent index when a prefix has one (or ``index_uri``
-    names one), else from a listing, a glob or the named objects."""
+    names one), else from a listing, a glob or the named objects. ``metadata``: the format may
+    be one an ``index.json`` describes (read it beside the listing when alone)."""
     if isinstance(path, str) and not _is_glob(path):
         root = _absolute(path)
         if root.endswith("/") or not _has_key(root):
             root = root if root.endswith("/") else root + "/"
-            together = cache is not None and index_uri is None and cache.saw_no_index(root)
-            listing = asyncio.ensure_future(_resolve(storage, path)) if together else None
+            seen = cache.had_index(root) if cache is not None and index_uri is None else None
+            speculate = (
+                index_uri is None
+                and seen is not True
+                and scheme_of(root) not in ("file", "memory")
+                and _alone()
+            )
+            listing = (
+                asyncio.ensure_future(_resolve(storage, path))
+                if speculate or seen is False
+                else None
+            )
+            meta = (
+                asyncio.ensure_future(_read_small(storage, root + "index.json"))
+                if speculate and metadata
+                else None
+            )
             try:
                 found = await _persistent(
                     storage, index_uri or root + PERSISTENT_INDEX_NAME, name, broadcast
                 )
             except BaseException:
                 await _cancel(listing)
+                await _cancel(meta)
                 raise
             if found is not None and format in (None, found.format):
                 await _cancel(listing)
+                await _cancel(meta)
                 if cache is not None:
                     cache.note_index(root, True)
                 objects = [
@@ -100,10 +133,34 @@ async def locate(
             if cache is not None and index_uri is None and found is None:
                 cache.note_index(root, False)
             if listing is not None:
-                objects, root = await listing
-                return Located(objects, root, True)
+                try:
+                    objects, root = await listing
+                except BaseException:
+                    await _cancel(meta)
+                    raise
+                return Located(objects, root, True, metadata=await meta if meta else None)
     objects, root = await _resolve(storage, path)
     return Located(objects, root, True)
+
+
+def _alone() -> bool:
+    """Whether this process discovers alone: no process group of more than one rank, and no
+    launcher's ``WORLD_SIZE`` above one (ranks may discover before the group is up)."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE") or 1)
+    except ValueError:
+        world = 1
+    return world <= 1 and group_world() is None
+
+
+async def _read_small(storage: ManagedStorage, uri: str) -> bytes | None:
+    """The object at ``uri`` if it exists and fits one read; ``None`` otherwise, whatever the
+    reason (it is read again, pinned to its listed version, if the listing shows it)."""
+    try:
+        raw = await storage.read(uri, 0, _FIRST_READ)
+    except StorageError:
+        return None
+    return raw if len(raw) < _FIRST_READ else None
 
 
 async def _cancel(task: asyncio.Future[Any] | None) -> None:

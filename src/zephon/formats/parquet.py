@@ -35,14 +35,12 @@ from zephon.formats.thrift import read_struct
 from zephon.refs import ShardInfo
 
 __all__ = [
-    "FOOTER_PROBE_BYTES",
     "MissingColumns",
     "ParquetCodec",
     "footer_length",
     "index_from_footer",
 ]
 
-FOOTER_PROBE_BYTES = 64 * 1024
 _TABLES_KEEP = 8  # one tail read holds the footer of almost every real file
 # Decoded row groups kept for the next reads of the same group, up to this many bytes (at
 # least the last one): eight groups of 17 MB of JPEGs held 136 MB that bought nothing (an

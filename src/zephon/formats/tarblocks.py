@@ -140,4 +140,5 @@ def sample_members(data: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> M
     order = np.argsort(columns[0], kind="stable")  # rounds in order within each sample
     columns = [c[order] for c in columns]
     keep = ~fallback[columns[0]]
-    return Members(*(c[keep] for c in columns), fallback)
+    sample, name_at, name_end, data_at, data_end = (c[keep] for c in columns)
+    return Members(sample, name_at, name_end, data_at, data_end, fallback)

@@ -233,8 +233,8 @@ class WebDatasetCodec(BaseCodec):
             )
             for i, sample in self._assembled(shard, wanted[inside], data, found):
                 out[inside[i]] = sample
-        for i, sample in enumerate(out):
-            if sample is None:
+        for i, got in enumerate(out):
+            if got is None:
                 out[i] = self._decode_one(shard, index, blob, int(wanted[i]))
         return out  # type: ignore[return-value]
 
@@ -245,7 +245,8 @@ class WebDatasetCodec(BaseCodec):
         epoch, a few operations per member."""
         raw = data if isinstance(data, bytes) else memoryview(data)
         copy = raw.__getitem__ if isinstance(raw, bytes) else lambda at: bytes(raw[at])
-        current, sample, done = -1, {}, False
+        sample: dict[str, Any] = {}
+        current, done = -1, False
         for i, name_at, name_end, data_at, data_end in zip(
             *(c.tolist() for c in found[:5]), strict=True
         ):

@@ -71,7 +71,7 @@ def translate_s3_error(exc: BaseException, uri: str) -> ZephonError:
     if isinstance(exc, connection):
         endpoint = _endpoint_of(exc)
         hint = f" to {endpoint} (is endpoint_url / AWS_ENDPOINT_URL right?)" if endpoint else ""
-        unreachable = (aiohttp.ClientConnectorError,)
+        unreachable: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,)
         if botocore is not None:
             unreachable += (botocore.EndpointConnectionError,)
         if isinstance(exc, unreachable):

@@ -53,15 +53,22 @@ def presign_get(
     }
     if token:
         params["X-Amz-Security-Token"] = token
-    query = "&".join(
+    query_string = "&".join(
         f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(params.items())
     )
     canonical = "\n".join(
-        ["GET", parts.path or "/", query, f"host:{parts.netloc}\n", "host", "UNSIGNED-PAYLOAD"]
+        [
+            "GET",
+            parts.path or "/",
+            query_string,
+            f"host:{parts.netloc}\n",
+            "host",
+            "UNSIGNED-PAYLOAD",
+        ]
     )
     to_sign = "\n".join([_ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = _hmac(("AWS4" + secret_key).encode(), day)
     for part in (region, "s3", "aws4_request"):
         key = _hmac(key, part)
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    return f"{parts.scheme}://{parts.netloc}{parts.path}?{query}&X-Amz-Signature={signature}"
+    return f"{parts.scheme}://{parts.netloc}{parts.path}?{query_string}&X-Amz-Signature={signature}"

@@ -72,6 +72,9 @@ class FaultProxy:
         self.faults = faults
         self.injected: Counter[str] = Counter()
         self.served: Counter[str] = Counter()  # requests and body bytes passed through
+        # each request as it arrived: method, path and query, requests in the proxy then
+        self.arrivals: list[tuple[str, str, int]] = []
+        self._in_flight = 0
         self._rng = random.Random(faults.seed)
         self._session: aiohttp.ClientSession | None = None
         self._stopping: asyncio.Event | None = None
@@ -145,6 +148,14 @@ class FaultProxy:
         raise asyncio.CancelledError
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self._in_flight += 1
+        self.arrivals.append((request.method, request.path_qs, self._in_flight))
+        try:
+            return await self._answer(request)
+        finally:
+            self._in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         """One request through the faults drawn for it, then to the upstream server.
         Long because each fault is a branch that ends the request its own way."""
         f = self.faults
