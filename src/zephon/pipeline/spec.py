@@ -253,12 +253,12 @@ def largest_unit_shard(manifests: Any) -> int:
 
 def read_lines(ws: Any, lanes: int, cache_bytes: int = 0) -> list[str]:
     """What ``explain()`` says of the plan's reads: their bytes over the samples' (estimated
-    on the first chunks of lane 0, through a range cache of ``cache_bytes``), and a warning
+    on the first chunks of every lane, through a range cache of ``cache_bytes``), and a warning
     above 1.5x."""
     amplification = read_amplification(ws, lanes, cache_bytes=cache_bytes)
     if amplification is None:
         return []
-    lines = [f"reads: about {amplification:.2f}x the samples' bytes (first chunks of lane 0)"]
+    lines = [f"reads: about {amplification:.2f}x the samples' bytes (first chunks of each lane)"]
     if amplification > AMPLIFICATION_WARNING:
         lines.append(
             f"warning: the plan reads {amplification:.1f}x the data it uses: samples a few "

@@ -316,29 +316,36 @@ def _user_phases(ws: StaticMixtureWorkSource) -> list[int]:
 def read_amplification(
     ws: StaticMixtureWorkSource, lanes: int, chunks: int = 8, cache_bytes: int = 0
 ) -> float | None:
-    """Bytes the first ``chunks`` chunks of lane 0 fetch (as the fetch stage groups their
-    reads, through a range cache of ``cache_bytes``) over the bytes of their samples: 1.0
+    """Bytes the first ``chunks`` chunks of every lane fetch over the bytes of their samples:
+    each lane's reads grouped as its fetch stage groups them, all of them through one range
+    cache of ``cache_bytes`` (the lanes of a pipeline share it), the lanes taking turns. 1.0
     reads nothing more than the data; a global shuffle of small records reads neighbours
     too. ``None`` if it cannot be planned yet (a token mixture before its ratios are
     measured)."""
-    groups = ReadGroups(ws.coalesce_gap_bytes, ws.max_request_bytes)
+    groups = [ReadGroups(ws.coalesce_gap_bytes, ws.max_request_bytes) for _ in range(lanes)]
     cache = _CacheModel(cache_bytes)
     data = 0.0
     try:
-        for j, chunk in enumerate(ws.chunks(0, lanes)):
-            if j == chunks:
-                break
-            for d in np.unique(chunk.datasets).tolist():
-                mask = chunk.datasets == d
-                nbytes = ws.manifests[d].sample_nbytes(chunk.shards[mask], chunk.samples[mask])
-                data += float(nbytes.sum())
-            for request in chunk.requests:
-                for group in groups.add(request):
-                    cache.read_group(group)
+        plans = [iter(ws.chunks(lane, lanes)) for lane in range(lanes)]
+        for _ in range(chunks):
+            for lane, plan in enumerate(plans):
+                chunk = next(plan, None)
+                if chunk is None:
+                    continue
+                for d in np.unique(chunk.datasets).tolist():
+                    mask = chunk.datasets == d
+                    manifest = ws.manifests[d]
+                    data += float(
+                        manifest.sample_nbytes(chunk.shards[mask], chunk.samples[mask]).sum()
+                    )
+                for request in chunk.requests:
+                    for group in groups[lane].add(request):
+                        cache.read_group(group)
     except ConfigError:
         return None
-    for group in groups.finish():
-        cache.read_group(group)
+    for lane_groups in groups:
+        for group in lane_groups.finish():
+            cache.read_group(group)
     return cache.fetched / data if data else None
 
 
