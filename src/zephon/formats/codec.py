@@ -28,6 +28,10 @@ class Codec(Protocol):
         reads_itself: ``decode`` reads the shard itself (through Zephon's storage, e.g.
             Vortex, Lance): no bytes come through the fetch stage, and decoding runs off
             the event loop.
+        releases_gil: ``decode`` spends its time in native code that releases the GIL
+            (Arrow's Parquet reader): it runs on a thread, and the event loop keeps
+            receiving the next reads meanwhile. Pure-Python decoders gain nothing from a
+            thread (they hold the GIL) and stay on the loop.
         takes_arrays: ``decode`` accepts ``samples`` as an int64 numpy array (picking rows
             is numpy work), not only a sequence of ints.
     """
@@ -35,6 +39,7 @@ class Codec(Protocol):
     format: str
     dataset: str
     reads_itself: bool
+    releases_gil: bool
     takes_arrays: bool
 
     def decode(self, shard: ShardInfo, index: Any, blob: Blob, samples: Sequence[int]) -> list[Any]:
@@ -60,6 +65,7 @@ class BaseCodec:
     format: str
     dataset: str
     reads_itself: bool = False
+    releases_gil: bool = False
     takes_arrays: bool = False
 
     def decode(self, shard: ShardInfo, index: Any, blob: Blob, samples: Sequence[int]) -> list[Any]:

@@ -17,6 +17,7 @@ import io
 import mmap
 import struct
 import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
@@ -237,6 +238,10 @@ class ParquetCodec(BaseCodec):
 
     format = "parquet"
     takes_arrays = True  # ``samples`` may be an int64 array: picking rows is numpy work
+    # Arrow decodes without the GIL: off the event loop, which meanwhile receives the next
+    # row groups (an epoch in the main process: 0.90 -> 0.79 s). Lanes may then decode at
+    # once, hence the lock on the kept tables.
+    releases_gil = True
 
     def __init__(self, dataset: str, columns: Sequence[str] | None = None) -> None:
         self.dataset = dataset
@@ -244,6 +249,7 @@ class ParquetCodec(BaseCodec):
         # Consecutive chunks often draw rows from the same row group: keep the last few
         # decoded, so each is decoded once.
         self._tables: OrderedDict[tuple[str, str, int], pa.Table] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "columns": self.columns}
@@ -261,7 +267,8 @@ class ParquetCodec(BaseCodec):
         def table(group: int) -> pa.Table:
             nonlocal source
             key = (shard.uri, shard.version, group)
-            cached = self._tables.get(key)
+            with self._lock:
+                cached = self._tables.get(key)
             if cached is not None:
                 return cached
             md = _cached_metadata(index.footer, shard.size_bytes)
@@ -294,12 +301,13 @@ class ParquetCodec(BaseCodec):
                     uri=shard.uri,
                     sample=int(index.row_starts[group]),
                 )
-            self._tables[key] = read
-            while len(self._tables) > 1 and (
-                len(self._tables) > _TABLES_KEEP
-                or sum(t.nbytes for t in self._tables.values()) > _TABLES_KEEP_BYTES
-            ):
-                self._tables.popitem(last=False)
+            with self._lock:
+                self._tables[key] = read
+                while len(self._tables) > 1 and (
+                    len(self._tables) > _TABLES_KEEP
+                    or sum(t.nbytes for t in self._tables.values()) > _TABLES_KEEP_BYTES
+                ):
+                    self._tables.popitem(last=False)
             return read
 
         wanted = np.asarray(samples, dtype=np.int64)

@@ -23,6 +23,8 @@ class ProjectedCodec(BaseCodec):
         self.columns = list(columns)
         self.format = codec.format
         self.dataset = codec.dataset
+        self.reads_itself = codec.reads_itself
+        self.releases_gil = codec.releases_gil
 
     def decode(
         self, shard: ShardInfo, index: Any, blob: Any, samples: Sequence[int]

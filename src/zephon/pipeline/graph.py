@@ -286,7 +286,7 @@ async def _decode_local(
             for f in group:
                 stats.items_in += 1
                 work = job(f)
-                if work.codec.reads_itself:  # its own I/O: off the loop
+                if work.codec.reads_itself or work.codec.releases_gil:  # off the loop
                     items, failed = await asyncio.to_thread(decode_job, work)
                 else:
                     items, failed = decode_job(work)
