@@ -123,3 +123,74 @@ def test_tar_header_checksum_agrees_with_tarfile(
         accepted = False
     if not accepted:
         assert _header(bytes(changed)) is None
+
+
+def _tar_of(entries: list[tuple[str, int, bool]], fmt: int) -> bytes:
+    """A tar of ``entries`` (name, size, a tar stored inside: headers in its data) in
+    ``fmt``, with a directory entry first."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        folder = tarfile.TarInfo("d")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for name, size, nested in entries:
+            if nested:  # a member whose bytes are a tar: its headers look like ours
+                inner = io.BytesIO()
+                with tarfile.open(fileobj=inner, mode="w", format=fmt) as t:
+                    member = tarfile.TarInfo("inner.txt")
+                    member.size = size
+                    t.addfile(member, io.BytesIO(b"i" * size))
+                body = inner.getvalue()
+            else:
+                body = bytes([len(name) % 256]) * size
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            info.mtime = 1_700_000_000.25 if size % 2 else 0  # in PAX, a header of its own
+            tar.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a.json", "a.jpg", "b/c.txt", "x" * 120 + ".bin", "é.json"]),
+            st.integers(0, 2000),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.integers(min_value=0), max_size=8),
+    st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT]),
+)
+def test_tar_headers_read_many_at_a_time_give_what_one_at_a_time_gives(
+    entries: list[tuple[str, int, bool]], cuts: list[int], fmt: int
+) -> None:
+    """The scan's batch path (plain headers in numpy) lists exactly the members, starts
+    included, that the header-by-header parser lists: over long names, PAX headers that
+    rename, directories, tars stored inside members and any chunking of the stream."""
+    from zephon.formats import webdataset
+
+    if fmt == tarfile.USTAR_FORMAT:
+        entries = [(n[:90], size, nested) for n, size, nested in entries]
+    data = _tar_of(entries, fmt)
+
+    def scan() -> list[tuple[int, str, int, int]]:
+        indexer = TarIndexer()
+        for chunk in _chunked(data, cuts):
+            indexer.feed(chunk)
+        indexer.finish()
+        return indexer.members
+
+    batched = scan()
+    original = webdataset.plain_entries
+    webdataset.plain_entries = lambda data, base: (0, [])  # type: ignore[assignment]
+    try:
+        one_by_one = scan()
+    finally:
+        webdataset.plain_entries = original
+    assert batched == one_by_one
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        expected = [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
+    assert [(n, d, s) for _, n, d, s in batched] == expected

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["MAX_EXTENDED_HEADER", "Members", "pax_path", "sample_members"]
+__all__ = ["MAX_EXTENDED_HEADER", "Members", "pax_path", "plain_entries", "sample_members"]
 
 _BLOCK = 512
 # A GNU long name or a PAX header is held whole until parsed: a header declaring terabytes
@@ -142,3 +142,58 @@ def sample_members(data: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> M
     keep = ~fallback[columns[0]]
     sample, name_at, name_end, data_at, data_end = (c[keep] for c in columns)
     return Members(sample, name_at, name_end, data_at, data_end, fallback)
+
+
+_PAX_PATH = b" path="  # how a PAX record naming the member's path starts, after its length
+
+
+def plain_entries(raw: bytes, base: int) -> tuple[int, list[tuple[int, str, int, int]]]:
+    """The run of plain entries that ``raw`` (at shard byte ``base``) starts with, as
+    the streaming scan lists file members, ``(start, name, data_at, size)``, and the bytes
+    they take; the scan parses what follows (an odd header, the archive's end, an entry cut
+    by the end of ``raw``) one header at a time.
+
+    A block with the ``ustar`` magic is a candidate header; a run is a chain of them where each
+    entry's data ends where the next candidate begins, every header plain and exact (see the
+    module docs) and every PAX header a single block that renames nothing: a candidate inside
+    some member's data (a tar stored in a tar) breaks the chain, and the scan takes it from
+    there. A member's start is its PAX header's, when one comes before it."""
+    count = len(raw) // _BLOCK
+    if count < 2:
+        return 0, []
+    blocks = np.frombuffer(raw, np.uint8, count * _BLOCK).reshape(count, _BLOCK)
+    magic = blocks[:, 257:263]
+    head = np.flatnonzero(np.all(magic == _POSIX, axis=1) | np.all(magic == _GNU, axis=1))
+    if not head.size or head[0] != 0:
+        return 0, []
+    ok, size, name_len = _plain_headers(blocks[head])
+    kind = blocks[head, 156]
+    following = head + 1 + (size + _BLOCK - 1) // _BLOCK
+    pax = kind == _PAX
+    ok &= ~np.isin(kind, _EXTENDED) & ~(pax & (size > _BLOCK))
+    ok[:-1] &= following[:-1] == head[1:]  # the chain: each entry ends at the next header
+    ok[-1] = False  # the last may run past ``raw``: the scan sees it whole
+    ok[:-1] &= ~(pax[:-1] & pax[1:])  # a PAX header precedes a member, not another one
+    run = int(np.argmin(ok))  # the first entry that is not part of the run
+    if run and pax[run - 1]:  # a PAX header goes with its member
+        run -= 1
+    if not run:
+        return 0, []
+    paxes = head[:run][pax[:run]] + 1
+    if paxes.size:
+        records = blocks[paxes].tobytes()
+        if _PAX_PATH in records:  # some PAX header may rename its member: header by header
+            return 0, []
+    offsets = (head[:run] * _BLOCK).tolist()
+    ends = (head[:run] * _BLOCK + name_len[:run]).tolist()
+    sizes = size[:run].tolist()
+    files = np.isin(kind[:run], _FILES).tolist()
+    renamed = [False, *pax[: run - 1].tolist()]
+    members = []
+    for i in range(run):
+        if files[i]:
+            at = offsets[i]
+            start = offsets[i - 1] if renamed[i] else at
+            name = raw[at : ends[i]].decode("utf-8", "surrogateescape")
+            members.append((base + start, name, base + at + _BLOCK, sizes[i]))
+    return int(head[run]) * _BLOCK, members

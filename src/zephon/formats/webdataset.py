@@ -19,7 +19,13 @@ from zephon.errors import FormatError
 from zephon.formats.blob import Blob, Bytes
 from zephon.formats.codec import BaseCodec
 from zephon.formats.index import RecordIndex
-from zephon.formats.tarblocks import MAX_EXTENDED_HEADER, Members, pax_path, sample_members
+from zephon.formats.tarblocks import (
+    MAX_EXTENDED_HEADER,
+    Members,
+    pax_path,
+    plain_entries,
+    sample_members,
+)
 from zephon.refs import ShardInfo
 
 __all__ = ["TarIndexer", "WebDatasetCodec", "split_key"]
@@ -117,6 +123,10 @@ class TarIndexer:
 
     def _parse(self) -> None:
         buf, at = self._buf, 0
+        if self._need_data is None and self._entry_start is None and self._pending_name is None:
+            # plain headers many at a time; what follows them, one at a time below
+            at, found = plain_entries(buf, self._pos)
+            self.members += found
         while not self.ended:
             if self._need_data is not None:
                 kind, size, header_at = self._need_data
