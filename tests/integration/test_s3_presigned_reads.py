@@ -54,7 +54,8 @@ async def test_reads_are_presigned_gets_that_name_no_secret(
             start = i * 9_000
             assert await st.read(uri, start, start + 5_000) == PAYLOAD[start : start + 5_000]
         assert await st.read(objects[0], 199_990, 200_000, version=info.version) == PAYLOAD[-10:]
-        assert proxy.served["requests"] - before == 11 == proxy.served["presigned"]
+        assert proxy.served["requests"] - before == 11  # the stat was one more, presigned too
+        assert proxy.served["presigned"] == proxy.served["requests"] == 12
         with pytest.raises(NotFound) as missing:  # S3's answer, as it said it: one request
             await st.read(objects[0] + "-missing", 0, 10)
         assert missing.value.code == "NoSuchKey" and proxy.served["requests"] - before == 12
@@ -104,22 +105,25 @@ async def test_an_object_replaced_under_a_pinned_version_is_object_changed(
 def test_reads_with_static_keys_load_no_botocore(
     s3_endpoint: S3Endpoint, objects: list[str]
 ) -> None:
-    """A fresh process reading with static keys signs by hand: botocore is never imported
-    (0.1-0.15 s of a process's start), and the bytes are the object's."""
+    """A fresh process listing, statting and reading with static keys signs by hand:
+    botocore is never imported (0.1-0.15 s of a process's start), and the answers are the
+    object's."""
     script = (
         "import asyncio, json, sys\n"
         "from zephon.storage import open_storage\n"
         "async def main():\n"
         f"    async with open_storage('s3://', {s3_endpoint.storage_options()!r}) as st:\n"
         f"        listed = [i.uri async for i in st.list({objects[0][:-1]!r})]\n"
-        f"        return listed, await st.read({objects[0]!r}, 10, 20)\n"
-        "listed, data = asyncio.run(main())\n"
-        "print(json.dumps([listed, list(data), 'botocore' in sys.modules]))\n"
+        f"        size = (await st.stat({objects[0]!r})).size_bytes\n"
+        f"        return listed, size, await st.read({objects[0]!r}, 10, 20)\n"
+        "listed, size, data = asyncio.run(main())\n"
+        "print(json.dumps([listed, size, list(data), 'botocore' in sys.modules]))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    listed, data, loaded = json.loads(out.stdout.strip().splitlines()[-1])
-    assert listed == objects and bytes(data) == PAYLOAD[10:20] and loaded is False
+    listed, size, data, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert listed == objects and size == len(PAYLOAD)
+    assert bytes(data) == PAYLOAD[10:20] and loaded is False
 
 
 NAMES = ["plain.bin", "with space.bin", "plus+sign.bin", "ünïcode/ä.bin", "tab\tand%.bin", "dir/"]
@@ -145,3 +149,26 @@ async def test_a_listing_signed_by_hand_is_botocores(
         again = [i async for i in st.list(f"s3://{s3_bucket}/odd/")]
     assert again == infos
     assert proxy.injected["refused"] == (1 if refuse else 0)  # then botocore for good
+
+
+@pytest.mark.parametrize("refuse", [0, 403])
+async def test_a_stat_signed_by_hand_is_botocores_head(
+    s3_endpoint: S3Endpoint, s3_bucket: str, proxy: FaultProxy, refuse: int
+) -> None:
+    """Size and ETag from a hand-signed GET of the first byte equal botocore's HEAD, for keys
+    of every kind of character; an empty object (no range to read) and a refused URL are
+    answered by botocore; a missing object is NotFound either way."""
+    client = s3_endpoint.client()
+    names = [n for n in NAMES if not n.endswith("/")] + ["empty.bin"]
+    for name in names:
+        body = b"" if name == "empty.bin" else name.encode() * 7
+        client.put_object(Bucket=s3_bucket, Key=f"stat/{name}", Body=body)
+    proxy.faults = Faults(refuse_presigned=refuse)
+    async with open_storage("s3://", _options(s3_endpoint, proxy), retry=ONCE) as st:
+        for name in names:
+            info = await st.stat(f"s3://{s3_bucket}/stat/{name}")
+            head = client.head_object(Bucket=s3_bucket, Key=f"stat/{name}")
+            assert (info.size_bytes, info.version) == (head["ContentLength"], head["ETag"])
+        with pytest.raises(NotFound):
+            await st.stat(f"s3://{s3_bucket}/stat/missing.bin")
+    assert proxy.served["presigned"] >= (1 if refuse else len(names))

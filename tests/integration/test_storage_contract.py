@@ -162,12 +162,12 @@ class TestS3(StorageContract):
         monkeypatch.setattr(s3, "_STATIC", None)
         s3_endpoint.client().put_object(Bucket=s3_bucket, Key="k.txt", Body=b"shared")
 
-        async def stat() -> int:  # a HEAD: botocore's client (reads sign by hand)
+        async def put() -> int:  # a PUT: botocore's client (reads and stats sign by hand)
             async with open_storage("s3://", s3_endpoint.storage_options()) as storage:
-                return (await storage.stat(f"s3://{s3_bucket}/k.txt")).size_bytes
+                return (await storage.write(f"s3://{s3_bucket}/k.txt", b"shared")).size_bytes
 
         # Separate loops, as successive asyncio.run calls or sync-bridge runs use.
-        assert [asyncio.run(stat()) for _ in range(3)] == [6] * 3
+        assert [asyncio.run(put()) for _ in range(3)] == [6] * 3
         assert len(made) == 1
 
     async def test_endpoint_from_aws_endpoint_url(

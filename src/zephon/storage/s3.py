@@ -260,6 +260,16 @@ class S3Backend:
 
     async def head(self, uri: str) -> ObjectInfo:
         bucket, key = split_bucket_key(uri)
+        if self._hand_signer() is not None:  # a first-byte GET: no botocore, no client
+            try:
+                reads = await self._presigned_reads()
+                info = await reads.stat(uri, bucket, key)
+            except ZephonError:
+                raise
+            except Exception as exc:
+                raise translate_s3_error(exc, uri) from None
+            if info is not None:
+                return info
         client = await self._get_client()
         try:
             resp = await client.head_object(Bucket=bucket, Key=key)

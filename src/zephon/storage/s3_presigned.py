@@ -28,8 +28,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from zephon.errors import NotFound
+from zephon.refs import ObjectInfo
 from zephon.storage.http import HTTPBackend, range_headers, ranged_answer
-from zephon.storage.http_status import error_for_status
+from zephon.storage.http_status import error_for_status, total_from_content_range
 from zephon.storage.sigv4 import presign_get
 
 __all__ = [
@@ -117,11 +118,34 @@ class PresignedReads:
         status, answer, body = await self.http.request("GET", url, headers, uri=uri)
         if status in (200, 206, 416):
             return ranged_answer(status, answer, body, start, stop, version, uri)
+        self._refuse_or_raise(status, body, uri, bucket, key)
+        return None
+
+    async def stat(self, uri: str, bucket: str, key: str) -> ObjectInfo | None:
+        """Size and version of ``uri`` from a GET of its first byte (a presigned URL is
+        signed for GET, not HEAD); ``None`` for botocore to answer: an empty object (S3
+        refuses a range of it) or an answer this path does not explain."""
+        url = await self._url(bucket, key)
+        headers = {"Range": "bytes=0-0", "Accept-Encoding": "identity"}
+        status, answer, body = await self.http.request("GET", url, headers, uri=uri)
+        etag = answer.get("ETag")
+        if status == 206 and etag:
+            size = total_from_content_range(answer.get("Content-Range"))
+            return ObjectInfo(uri, size, str(etag)) if size is not None else None
+        if status == 200 and etag and answer.get("Content-Length") is not None:
+            return ObjectInfo(uri, int(answer["Content-Length"]), str(etag))
+        if status not in (200, 206, 416):
+            self._refuse_or_raise(status, body, uri, bucket, key)
+        return None
+
+    def _refuse_or_raise(self, status: int, body: bytes, uri: str, bucket: str, key: str) -> None:
+        """Raise the error an answer is; or, for one botocore is to repeat and explain, drop
+        the URL and sign for the bucket by the fallback from now on."""
         code = code_of(body)
         if code is None or status not in _PLAIN:
             self._urls.pop((bucket, key), None)
             self._refused.add(bucket)
-            return None
+            return
         if status in (404, 410):
             raise NotFound("no such object or bucket", uri=uri, status=status, code=code)
         raise error_for_status(status, uri, code=code)
