@@ -82,3 +82,21 @@ async def test_vortex_on_s3_with_a_persistent_index(
         )
     ]
     assert json.dumps(got, sort_keys=True) == json.dumps(rows, sort_keys=True)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+async def test_more_files_than_the_default_executor_has_threads(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Discovery opens files on threads that wait for reads on the event loop, and the
+    loop's reads need its default executor (local files, name lookups): opened on that
+    executor, six files at once (its size on two cores) waited for each other forever."""
+    rows = write(tmp_path / "v", files=16)
+    base, options = str(tmp_path / "v") + "/", {}
+    if where == "s3":
+        endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
+        base = f"s3://{request.getfixturevalue('s3_bucket')}/many/"
+        options = endpoint.storage_options()
+        await _upload(base, options, tmp_path / "v")
+    ds = await Dataset.afrom_path("v", base, storage_options=options, index_cache=False)
+    assert ds.num_samples == len(rows) and ds.discovery_stats.indexed == 16

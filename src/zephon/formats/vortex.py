@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -80,6 +82,15 @@ def _open(reader: _StorageReader, dataset: str) -> Any:
         ) from None
 
 
+@functools.cache
+def _opener() -> ThreadPoolExecutor:
+    """The threads that open files for discovery. Never the loop's default executor: an open
+    waits for reads on the loop, and the loop's reads need that executor (local files, name
+    lookups, proxy settings), so six opens at once (its size on two cores) held every thread
+    and waited for each other forever."""
+    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="zephon-vortex-open")
+
+
 async def vortex_index(
     storage: ManagedStorage, info: ObjectInfo, dataset: str, columns: Sequence[str] | None
 ) -> FragmentIndex:
@@ -93,7 +104,7 @@ async def vortex_index(
         names = list(file.dtype.names()) if hasattr(file.dtype, "names") else []
         return int(file.footer.row_count), [str(n) for n in names]
 
-    rows, names = await asyncio.to_thread(footer)
+    rows, names = await loop.run_in_executor(_opener(), footer)
     missing = [c for c in columns or () if names and c not in names]
     if missing:
         raise ConfigError(
