@@ -172,3 +172,27 @@ async def test_a_stat_signed_by_hand_is_botocores_head(
         with pytest.raises(NotFound):
             await st.stat(f"s3://{s3_bucket}/stat/missing.bin")
     assert proxy.served["presigned"] >= (1 if refuse else len(names))
+
+
+async def test_proxies_from_the_environment_and_no_proxy(
+    s3_endpoint: S3Endpoint,
+    objects: list[str],
+    proxy: FaultProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``HTTP_PROXY`` carries the listing, stat and read (as botocore's proxies setting
+    would), ``NO_PROXY`` exempts the host; looked up once per host, never ``~/.netrc``."""
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    options = s3_endpoint.storage_options()  # the server itself: only a proxy could count
+
+    async def use() -> bytes:
+        async with open_storage("s3://", options, retry=ONCE) as st:
+            assert [i.uri async for i in st.list(objects[0][:-1])] == objects
+            assert (await st.stat(objects[0])).size_bytes == len(PAYLOAD)
+            return await st.read(objects[1], 5, 15)
+
+    assert await use() == PAYLOAD[5:15]
+    assert proxy.served["requests"] == 3
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    assert await use() == PAYLOAD[5:15]
+    assert proxy.served["requests"] == 3

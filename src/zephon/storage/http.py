@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import ssl as _ssl
+import urllib.request
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -44,7 +46,9 @@ class HTTPBackend:
         connect_timeout_s: time to open a connection (unbounded when ``None``).
         ssl: aiohttp's ``ssl`` argument: ``False`` skips certificate checks, a context
             chooses the CA bundle.
-        trust_env: take proxies from ``HTTP(S)_PROXY`` / ``NO_PROXY``.
+        trust_env: take proxies from ``HTTP(S)_PROXY`` / ``NO_PROXY`` (read once per host;
+            aiohttp's own ``trust_env`` would also add ``~/.netrc`` credentials, and looks
+            both up on a thread for every request).
         translate: the Zephon error for a request that got no answer, and the URI it names.
     """
 
@@ -69,7 +73,7 @@ class HTTPBackend:
             sock_read=read_timeout_s, sock_connect=connect_timeout_s
         )
         self._ssl = ssl
-        self._trust_env = trust_env
+        self._proxies: dict[tuple[str, str], str | None] | None = {} if trust_env else None
         self._translate = translate
         self._session: aiohttp.ClientSession | None = None
 
@@ -83,9 +87,22 @@ class HTTPBackend:
                 auto_decompress=False,
                 timeout=self._timeout,
                 headers=self._headers,
-                trust_env=self._trust_env,
             )
         return self._session
+
+    def _proxy_for(self, url: str) -> str | None:
+        """The environment's proxy for ``url``'s scheme and host, if any (``NO_PROXY``
+        applied), looked up once per host."""
+        if self._proxies is None:
+            return None
+        parts = urlsplit(url)
+        key = (parts.scheme, parts.hostname or "")
+        if key not in self._proxies:
+            found = urllib.request.getproxies_environment()
+            proxy = found.get(parts.scheme)
+            bypass = urllib.request.proxy_bypass_environment(key[1], found)  # type: ignore[attr-defined]
+            self._proxies[key] = None if proxy is None or bypass else proxy
+        return self._proxies[key]
 
     async def request(
         self, method: str, url: str, headers: dict[str, str], read: bool = True, *, uri: str = ""
@@ -95,7 +112,9 @@ class HTTPBackend:
         object it reads)."""
         uri = uri or url
         try:
-            async with self._get_session().request(method, url, headers=headers) as resp:
+            proxy = self._proxy_for(url)
+            session = self._get_session()
+            async with session.request(method, url, headers=headers, proxy=proxy) as resp:
                 body = await resp.read() if method == "GET" and read else b""
                 return resp.status, resp.headers, body
         except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:

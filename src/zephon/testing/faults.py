@@ -187,7 +187,7 @@ class FaultProxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         async with self._session.request(
             request.method,
-            URL(self.upstream + request.raw_path, encoded=True),
+            URL(self.upstream + _origin_form(request.raw_path), encoded=True),
             headers=headers,
             data=await request.read() if request.body_exists else None,
             allow_redirects=False,
@@ -297,3 +297,9 @@ class ProxyProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _origin_form(target: str) -> str:
+    """A request target's path and query: a client that takes this proxy for a forward
+    proxy (``HTTP_PROXY``) sends the whole URL."""
+    return URL(target, encoded=True).raw_path_qs if "://" in target else target
