@@ -17,9 +17,10 @@ import importlib.util
 import os
 import re
 import ssl
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from zephon.errors import ConfigError, ObjectChanged, ZephonError
 from zephon.refs import ObjectInfo
@@ -35,6 +36,8 @@ from zephon.storage.s3_presigned import (
     hand_signer,
 )
 from zephon.storage.uri import split_bucket_key
+
+T = TypeVar("T")
 
 __all__ = ["S3Backend", "translate_s3_error"]
 
@@ -216,16 +219,22 @@ class S3Backend:
         self, uri: str, start: int, stop: int, version: str | None
     ) -> tuple[bytes, int]:
         bucket, key = split_bucket_key(uri)
-        try:
-            reads = await self._presigned_reads()
-            answer = await reads.get_range(uri, bucket, key, start, stop, version)
-        except ZephonError:
-            raise
-        except Exception as exc:  # presigning: no credentials, a bad parameter...
-            raise translate_s3_error(exc, uri) from None
+        answer = await self._presigned(
+            uri, lambda reads: reads.get_range(uri, bucket, key, start, stop, version)
+        )
         if answer is not None:
             return answer
         return await self._get_object(uri, bucket, key, start, stop, version)
+
+    async def _presigned(self, uri: str, call: Callable[[PresignedReads], Awaitable[T]]) -> T:
+        """``call`` on the presigned path, what it raises that is not a Zephon error
+        (presigning: no credentials, a bad parameter...) translated."""
+        try:
+            return await call(await self._presigned_reads())
+        except ZephonError:
+            raise
+        except Exception as exc:
+            raise translate_s3_error(exc, uri) from None
 
     async def _get_object(
         self, uri: str, bucket: str, key: str, start: int, stop: int, version: str | None
@@ -261,13 +270,7 @@ class S3Backend:
     async def head(self, uri: str) -> ObjectInfo:
         bucket, key = split_bucket_key(uri)
         if self._hand_signer() is not None:  # a first-byte GET: no botocore, no client
-            try:
-                reads = await self._presigned_reads()
-                info = await reads.stat(uri, bucket, key)
-            except ZephonError:
-                raise
-            except Exception as exc:
-                raise translate_s3_error(exc, uri) from None
+            info = await self._presigned(uri, lambda reads: reads.stat(uri, bucket, key))
             if info is not None:
                 return info
         client = await self._get_client()
@@ -290,13 +293,9 @@ class S3Backend:
         bucket, key_prefix = split_bucket_key(prefix)
         signer = self._hand_signer()
         if signer is not None and self._list_by_hand:
-            reads = await self._presigned_reads()
-            try:
-                page = await list_signed(reads.http, signer, bucket, key_prefix, token)
-            except ZephonError:
-                raise
-            except Exception as exc:
-                raise translate_s3_error(exc, prefix) from None
+            page = await self._presigned(
+                prefix, lambda reads: list_signed(reads.http, signer, bucket, key_prefix, token)
+            )
             if page is not None:
                 return page
             self._list_by_hand = False  # botocore lists from now on
