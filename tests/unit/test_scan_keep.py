@@ -111,3 +111,28 @@ def test_a_forked_process_never_appends_to_the_file_it_shares(tmp_path: Path) ->
     assert keep.take("s3://b/c", "v1", 0, 30_000) == DATA[30_000:60_000]
     assert keep.take("s3://b/a", "v1", 0, 30_000) == DATA[:30_000]
     keep.clear()
+
+
+def test_a_spill_the_disk_refused_reads_as_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spills are written on a thread of their own; one that fails (a full disk) is found
+    when its bytes are read: they read as missing (the store is asked again), never as
+    whatever the file holds there, and the bytes written before it still read back."""
+    import errno
+
+    from zephon.storage import keep as keep_module
+
+    keep = ScanKeep(0, disk_capacity=1 << 20, disk_dir=str(tmp_path))
+    keep.keep("s3://b/a", "v1", 0, DATA[:20_000])
+    real = keep_module._write_all
+
+    def full(fd: int, data: bytes, at: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(keep_module, "_write_all", full)
+    keep.keep("s3://b/a", "v1", 20_000, DATA[20_000:40_000])
+    monkeypatch.setattr(keep_module, "_write_all", real)
+    assert keep.take("s3://b/a", "v1", 20_000, 30_000) is None
+    assert keep.take("s3://b/a", "v1", 0, 20_000) == DATA[:20_000]
+    keep.clear()
