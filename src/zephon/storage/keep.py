@@ -11,7 +11,8 @@ reads have taken (nearly) all of it, so the memory drains as the epoch advances;
 :meth:`ScanKeep.clear` drops what is left when the pipeline that owns it stops. A pipeline
 counts what it holds in memory in its fetch budget (:meth:`ScanKeep.trim` moves the rest to the
 file), so kept bytes never add to the memory the budget promises. Reads from the file are
-page-cache reads of a local file: far cheaper than a second request to the store.
+page-cache reads of a local file: far cheaper than a second request to the store. The file
+is written on a thread of its own, so the scan goes on receiving meanwhile.
 """
 
 from __future__ import annotations
