@@ -85,6 +85,25 @@ def _plain_pax(data: np.ndarray, at: int, size: int) -> bool:
         return False
 
 
+def _check_paxes(
+    data: np.ndarray,
+    windows: np.ndarray,
+    pax: np.ndarray,
+    ok: np.ndarray,
+    body: np.ndarray,
+    size: np.ndarray,
+) -> None:
+    """Clear ``ok`` for the PAX headers (rows ``pax``) that rename their member. WebDataset
+    writes one per member: the single-block ones are searched together for a ``path``
+    record (one search instead of a parse each); a match, or a longer header, is parsed."""
+    rows = np.flatnonzero(pax)
+    small = rows[(size[rows] <= _BLOCK) & (body[rows] + _BLOCK <= len(data))]
+    if small.size and _PAX_PATH not in windows[body[small]].tobytes():
+        rows = np.setdiff1d(rows, small, assume_unique=True)
+    for row in rows.tolist():
+        ok[row] = _plain_pax(data, int(body[row]), int(size[row]))
+
+
 def _plain_headers(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(ok, size, name_len)`` of ``n x 512`` header blocks."""
     magic = blocks[:, 257:263]
@@ -116,8 +135,7 @@ def sample_members(data: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> M
         kind = blocks[:, 156]
         body = head + _BLOCK
         ok &= (body + size <= stops[active]) & ~np.isin(kind, _EXTENDED)
-        for row in np.flatnonzero(ok & (kind == _PAX)):  # WebDataset writes one per member
-            ok[row] = _plain_pax(data, int(body[row]), int(size[row]))
+        _check_paxes(data, windows, ok & (kind == _PAX), ok, body, size)
         fallback[active[~ok]] = True
         good = active[ok]
         body, size = body[ok], size[ok]
