@@ -1,5 +1,6 @@
-"""Tar headers read many at a time: the members of a run of WebDataset samples found with a
-few numpy passes instead of a Python parse per header.
+"""Tar headers read many at a time: the members of a run of WebDataset samples (decoding),
+and the entries a discovery scan lists (:func:`plain_entries`), found with a few numpy passes
+instead of a Python parse per header.
 
 Only the plainest header is taken here: ``ustar`` magic, no name prefix, a size and a
 checksum written as octal digits ended by NULs or spaces (what Python's ``tarfile``, GNU tar
