@@ -239,8 +239,8 @@ class ParquetCodec(BaseCodec):
     format = "parquet"
     takes_arrays = True  # ``samples`` may be an int64 array: picking rows is numpy work
     # Arrow decodes without the GIL: off the event loop, which meanwhile receives the next
-    # row groups (an epoch in the main process: 0.90 -> 0.79 s). Lanes may then decode at
-    # once, hence the lock on the kept tables.
+    # row groups (docs/architecture.md). Lanes may then decode at once, hence the lock on
+    # the kept tables.
     releases_gil = True
 
     def __init__(self, dataset: str, columns: Sequence[str] | None = None) -> None:

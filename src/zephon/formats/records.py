@@ -182,8 +182,8 @@ def _column(
 
 def dict_rows(names: Sequence[str], columns: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     """The rows of ``columns`` as dicts, field ``k`` under ``names[k]``: a dict display per
-    row, from a constructor made for these names (4x faster than ``dict(zip(names, row))``,
-    64,000 rows of two fields: 25 -> 6 ms)."""
+    row, from a constructor made for these names (cheaper than ``dict(zip(names, row))``,
+    which builds an iterator and a tuple per row)."""
     if not names or len(names) > 255 or len({len(c) for c in columns}) != 1:
         return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
     return list(map(_row_maker(tuple(names)), *columns))
