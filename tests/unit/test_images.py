@@ -159,7 +159,29 @@ def test_image_steps_follow_a_pooled_decode_into_one_worker_call(tmp_path: Path)
     assert all(np.array_equal(a, b) for a, b in zip(_run(ds, 0), got, strict=True))
     assert "map#0+1+2+3[0]" in pipe.stats()["stages"]  # one stage: one crossing per block
     alone = Pipeline(ws, rank=0, world_size=1).decode_image("jpg").random_resized_crop(48)
-    assert "(in the same worker call)" not in alone.explain()  # in process, like a map
+    assert "(in the same worker call)" not in alone.explain()
+    assert "(in the same call)" in alone.explain()  # in process: one call on the helper thread
+    here = [b["jpg"] for b in alone.flip(seed=3).to_chw().batch(8)]
+    # An async filter between them keeps the decode and the crop apart: whole images decoded,
+    # then cropped; the fused call, which decodes only the crop, gives the same pixels.
+    apart = (
+        Pipeline(ws, rank=0, world_size=1)
+        .decode_image("jpg")
+        .filter(_always)
+        .random_resized_crop(48)
+        .flip(seed=3)
+        .to_chw()
+        .batch(8)
+    )
+    lines = apart.explain().splitlines()
+    assert not any("same call" in line for line in lines if "crop" in line or "_always" in line)
+    whole = [b["jpg"] for b in apart]
+    assert len(here) == len(whole) > 1
+    assert all(np.array_equal(a, b) for a, b in zip(whole, here, strict=True))
+
+
+async def _always(sample: dict[str, Any]) -> bool:
+    return True
 
 
 def _where(sample: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ produce the same stream.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,16 +29,24 @@ __all__ = ["PipelineSpec", "fusable"]
 
 
 def fusable(before: Operator, after: Operator) -> bool:
-    """Whether ``after`` runs in the same worker call as ``before``: both maps or filters
-    on the same workers (the pool, or the same Ray executor)."""
-    return (
+    """Whether ``after`` runs in the same call as ``before``: both maps or filters on the
+    same workers (the pool, or the same Ray executor), or both synchronous and in this
+    process (on the run's helper thread). Fused, a decode then a crop decodes only the crop,
+    and a block's full-size images are never all held at once: in-process image steps one
+    stage each held a block of decoded images (233 of 700 MB traced) and decoded them
+    whole."""
+    if not (
         isinstance(before, ItemOperator)
         and isinstance(after, ItemOperator)
         and before.fusable
         and after.fusable
-        and before.processes > 0
-        and after.processes > 0
-        and before.executor == after.executor
+    ):
+        return False
+    if before.processes > 0 and after.processes > 0:
+        return bool(before.executor == after.executor)
+    here = (before.processes, before.executor, after.processes, after.executor)
+    return here == (0, None, 0, None) and not any(
+        inspect.iscoroutinefunction(op.fn) for op in (before, after)
     )
 
 
@@ -213,7 +222,7 @@ class PipelineSpec:
         ]
         for i, step in enumerate(self.steps):
             same = i and fusable(self.steps[i - 1], step)
-            lines.append(f"  -> {step.label()}" + (" (in the same worker call)" if same else ""))
+            lines.append(f"  -> {step.label()}" + (_same_call(step) if same else ""))
         for d in ws.datasets:
             whole = sum(1 for index in d.indexes if isinstance(index, StreamIndex | WholeIndex))
             if whole:
@@ -227,6 +236,10 @@ class PipelineSpec:
         )
         lines += read_lines(ws, self.lanes, self.range_cache_capacity)
         return "\n".join(lines)
+
+
+def _same_call(step: Operator) -> str:
+    return " (in the same worker call)" if step.processes else " (in the same call)"
 
 
 AMPLIFICATION_WARNING = 1.5  # reads past this many times the samples' bytes are pointed out
