@@ -29,6 +29,7 @@ from zephon.storage.base import ListPage
 from zephon.storage.http_status import (
     error_for_connection,
     error_for_status,
+    read_body,
     total_from_content_range,
 )
 from zephon.storage.uri import split_bucket_key
@@ -129,7 +130,7 @@ class GCSBackend:
             async with session.request(
                 method, url, params=params, headers=out_headers, data=data
             ) as resp:
-                return resp.status, resp.headers, await resp.read()
+                return resp.status, resp.headers, await read_body(resp)
         except (aiohttp.ClientError, ConnectionError, OSError) as exc:
             raise error_for_connection(exc, uri) from None
 

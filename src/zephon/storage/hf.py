@@ -38,6 +38,7 @@ from zephon.storage.base import ListPage
 from zephon.storage.http_status import (
     error_for_connection,
     error_for_status,
+    read_body,
     total_from_content_range,
 )
 
@@ -149,7 +150,7 @@ class HFBackend:
                     if resp.status in (301, 302, 303, 307, 308) and location:
                         url = str(resp.url.join(URL(location)))
                         continue
-                    body = await resp.read() if method == "GET" else b""
+                    body = await read_body(resp) if method == "GET" else b""
                     return resp.status, resp.headers, body
         except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             raise error_for_connection(exc, uri) from None

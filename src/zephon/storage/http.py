@@ -28,6 +28,7 @@ from zephon.storage.base import ListPage
 from zephon.storage.http_status import (
     error_for_connection,
     error_for_status,
+    read_body,
     total_from_content_range,
 )
 
@@ -115,7 +116,7 @@ class HTTPBackend:
             proxy = self._proxy_for(url)
             session = self._get_session()
             async with session.request(method, url, headers=headers, proxy=proxy) as resp:
-                body = await resp.read() if method == "GET" and read else b""
+                body = await read_body(resp) if method == "GET" and read else b""
                 return resp.status, resp.headers, body
         except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             raise self._translate(exc, uri) from None

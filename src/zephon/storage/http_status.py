@@ -1,4 +1,5 @@
-"""Translation of plain HTTP answers, shared by the backends that speak raw HTTP (GCS, HTTP)."""
+"""Reading and translation of plain HTTP answers, shared by the backends that speak raw HTTP
+(GCS, HTTP, the Hub)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,28 @@ from zephon.errors import (
 )
 from zephon.storage import logsecrets
 
-__all__ = ["cause_of", "error_for_connection", "error_for_status", "total_from_content_range"]
+__all__ = [
+    "cause_of",
+    "error_for_connection",
+    "error_for_status",
+    "read_body",
+    "total_from_content_range",
+]
 
 # aiohttp parses responses strictly in Python's development mode (a duplicated ``Server``
 # header, as some servers send, is then an error): said in the message, where it applies.
 _STRICT = " (aiohttp parses responses strictly under -X dev or PYTHONASYNCIODEBUG=1)"
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+
+
+async def read_body(resp: aiohttp.ClientResponse) -> bytes:
+    """The whole body of ``resp``, its bytes copied once. aiohttp's ``read()`` copies them
+    twice (it joins the chunks buffered at each wake-up, then those joins): on the event
+    loop, 8% of a text epoch's CPU. The chunks as received, joined once (one chunk is
+    returned as it is)."""
+    chunks = [data async for data, _ in resp.content.iter_chunks() if data]
+    return b"".join(chunks)
 
 
 def error_for_status(status: int, uri: str, code: str | None = None) -> StorageError:
