@@ -95,6 +95,7 @@ def test_a_forked_process_never_appends_to_the_file_it_shares(tmp_path: Path) ->
     keep.keep("s3://b/a", "v1", 0, DATA[:30_000])  # in memory
     keep.keep("s3://b/c", "v1", 0, DATA[30_000:60_000])  # past memory: the file's start
     assert keep.held == 30_000 and keep.on_disk == 30_000
+    keep.taken = True  # by a pipeline: a fork leaves it as it is
     pid = os.fork()
     if pid == 0:  # the worker: memory for nothing, and no appending
         ok = False
@@ -110,6 +111,33 @@ def test_a_forked_process_never_appends_to_the_file_it_shares(tmp_path: Path) ->
     assert keep.on_disk == 60_000
     assert keep.take("s3://b/c", "v1", 0, 30_000) == DATA[30_000:60_000]
     assert keep.take("s3://b/a", "v1", 0, 30_000) == DATA[:30_000]
+    keep.clear()
+
+
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
+def test_a_fork_moves_what_an_idle_keep_holds_in_memory_to_the_file(tmp_path: Path) -> None:
+    """A DataLoader forks its workers after discovery and before any pipeline takes the
+    keep: the parent's memory is copied into each child, so the keep first moves its bytes
+    to the file, which the children share. Parent and child both still read every byte."""
+    import os
+
+    keep = ScanKeep(40_000, disk_capacity=1 << 20, disk_dir=str(tmp_path))
+    keep.keep("s3://b/a", "v1", 0, DATA[:30_000])  # in memory
+    keep.keep("s3://b/c", "v1", 0, DATA[30_000:60_000])  # past memory: in the file
+    assert keep.held == 30_000 and keep.on_disk == 30_000
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            ok = keep.held == 0 and keep.take("s3://b/a", "v1", 0, 30_000) == DATA[:30_000]
+            ok = ok and keep.take("s3://b/c", "v1", 0, 30_000) == DATA[30_000:60_000]
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert keep.held == 0 and keep.on_disk == 60_000  # moved in the parent, before the fork
+    assert keep.take("s3://b/a", "v1", 0, 30_000) == DATA[:30_000]
+    assert keep.take("s3://b/c", "v1", 0, 30_000) == DATA[30_000:60_000]
     keep.clear()
 
 

@@ -90,6 +90,8 @@ class Dataset(Discovering, Selecting):
         the first pipeline to read this dataset serves them from memory instead of fetching
         them again, and lets them go as it reads them."""
         keep, self._scan_keep = self._scan_keep, None
+        if keep is not None:
+            keep.taken = True
         return keep
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ is written on a thread of its own, so the scan goes on receiving meanwhile.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import os
 import shutil
 import tempfile
@@ -123,6 +124,8 @@ class ScanKeep:
         self._file: IO[bytes] | None = None
         self._writes: _Writes | None = None
         self._owner = os.getpid()  # the process that created the file, the one to append
+        self.taken = False  # by a pipeline: from then on its event loop alone touches it
+        _KEEPS.add(self)
 
     def __repr__(self) -> str:
         return (
@@ -298,12 +301,33 @@ def _close(writes: _Writes, file: IO[bytes]) -> None:
 
 
 _LIVE: weakref.WeakSet[_Writes] = weakref.WeakSet()
+_KEEPS: weakref.WeakSet[ScanKeep] = weakref.WeakSet()
 
 
-def _flush_before_fork() -> None:
+def _before_fork() -> None:
+    """Before a fork (a DataLoader starting its workers after discovery in the trainer):
+    keeps no pipeline has taken yet move what they hold in memory to the file, which the
+    children share through the page cache, and pending writes reach it. A child starts with
+    a copy of its parent's memory (resident in both, counted in both): scanned bytes held in
+    the parent were held once per worker more, and so was the heap the scan left free."""
+    idle = [keep for keep in list(_KEEPS) if not keep.taken and keep.held]
+    for keep in idle:
+        keep.trim(0)
     for writes in list(_LIVE):
         writes.flush()
+    if idle:
+        _return_free_heap()
+
+
+def _return_free_heap() -> None:
+    """Hand the heap's free memory back to the system (glibc's ``malloc_trim``; nothing
+    where there is none): freed chunks of a scan's reads otherwise stay resident."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 if hasattr(os, "register_at_fork"):  # a forked DataLoader worker reads what discovery spilled
-    os.register_at_fork(before=_flush_before_fork)
+    os.register_at_fork(before=_before_fork)
