@@ -248,7 +248,8 @@ class ParquetCodec(BaseCodec):
         self.columns = list(columns) if columns is not None else None
         # Consecutive chunks often draw rows from the same row group: keep the last few
         # decoded, so each is decoded once.
-        self._tables: OrderedDict[tuple[str, str, int], pa.Table] = OrderedDict()
+        self._tables: OrderedDict[tuple[str, str, int], tuple[pa.Table, int]] = OrderedDict()
+        self._tables_bytes = 0
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -270,7 +271,7 @@ class ParquetCodec(BaseCodec):
             with self._lock:
                 cached = self._tables.get(key)
             if cached is not None:
-                return cached
+                return cached[0]
             md = _cached_metadata(index.footer, shard.size_bytes)
             big = bool(index.group_nbytes[group] >= _LARGE_GROUP_BYTES)
             mapped = None if big else _mapped_group(blob, index.chunks[group])
@@ -302,12 +303,14 @@ class ParquetCodec(BaseCodec):
                     sample=int(index.row_starts[group]),
                 )
             with self._lock:
-                self._tables[key] = read
+                if key not in self._tables:  # another lane may have read it meanwhile
+                    size = read.nbytes  # walks every buffer: once per table
+                    self._tables[key] = (read, size)
+                    self._tables_bytes += size
                 while len(self._tables) > 1 and (
-                    len(self._tables) > _TABLES_KEEP
-                    or sum(t.nbytes for t in self._tables.values()) > _TABLES_KEEP_BYTES
+                    len(self._tables) > _TABLES_KEEP or self._tables_bytes > _TABLES_KEEP_BYTES
                 ):
-                    self._tables.popitem(last=False)
+                    self._tables_bytes -= self._tables.popitem(last=False)[1][1]
             return read
 
         wanted = np.asarray(samples, dtype=np.int64)
