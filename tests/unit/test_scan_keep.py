@@ -115,12 +115,21 @@ def test_a_forked_process_never_appends_to_the_file_it_shares(tmp_path: Path) ->
 
 
 @pytest.mark.filterwarnings("ignore:lance is not fork-safe")
-def test_a_fork_moves_what_an_idle_keep_holds_in_memory_to_the_file(tmp_path: Path) -> None:
+def test_a_fork_moves_what_an_idle_keep_holds_in_memory_to_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A DataLoader forks its workers after discovery and before any pipeline takes the
     keep: the parent's memory is copied into each child, so the keep first moves its bytes
-    to the file, which the children share. Parent and child both still read every byte."""
+    to the file, which the children share, and the child (never the parent) hands back the
+    free heap it inherited. Parent and child both still read every byte."""
     import os
 
+    from zephon.storage import keep as keep_module
+
+    trimmed = tmp_path / "trimmed"
+    monkeypatch.setattr(
+        keep_module, "_return_free_heap", lambda: trimmed.write_text(f"{os.getpid()}")
+    )
     keep = ScanKeep(40_000, disk_capacity=1 << 20, disk_dir=str(tmp_path))
     keep.keep("s3://b/a", "v1", 0, DATA[:30_000])  # in memory
     keep.keep("s3://b/c", "v1", 0, DATA[30_000:60_000])  # past memory: in the file
@@ -135,6 +144,7 @@ def test_a_fork_moves_what_an_idle_keep_holds_in_memory_to_the_file(tmp_path: Pa
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+    assert trimmed.read_text() == str(pid)  # in the child
     assert keep.held == 0 and keep.on_disk == 60_000  # moved in the parent, before the fork
     assert keep.take("s3://b/a", "v1", 0, 30_000) == DATA[:30_000]
     assert keep.take("s3://b/c", "v1", 0, 30_000) == DATA[30_000:60_000]
