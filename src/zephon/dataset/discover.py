@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephon.choices import DatasetFormat, choices
-from zephon.dataset.builders import build_records
+from zephon.dataset.builders import SCAN_INFLIGHT_BYTES, build_records
 from zephon.dataset.cache import PERSISTENT_INDEX_NAME, IndexCache, PersistentIndex
 from zephon.dataset.locate import locate, read_whole
 from zephon.dataset.names import basename as _basename
@@ -32,6 +32,7 @@ from zephon.formats.jsondata import parse_json
 from zephon.formats.project import ProjectedCodec
 from zephon.refs import ObjectInfo, ShardInfo
 from zephon.storage import ManagedStorage
+from zephon.storage.gate import CapacityGate
 from zephon.storage.keep import ScanKeep
 from zephon.storage.uri import scheme_of
 
@@ -88,6 +89,7 @@ class _Context:
     root: str = ""
     keep: ScanKeep | None = None
     by_uri: dict[str, Any] = field(default_factory=dict)
+    scan_gate: CapacityGate = field(default_factory=lambda: CapacityGate(SCAN_INFLIGHT_BYTES))
 
 
 async def _bounded(jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:

@@ -19,6 +19,7 @@ from zephon.dataset.builders import build_jsonl, build_parquet, build_tar
 from zephon.formats.codec import Codec
 from zephon.refs import ObjectInfo
 from zephon.storage import ManagedStorage
+from zephon.storage.gate import CapacityGate
 from zephon.storage.keep import ScanKeep
 
 __all__ = ["FORMATS", "JSONL_COMPRESSIONS", "SHARD_FORMATS", "Format", "Found"]
@@ -34,6 +35,7 @@ class Found(Protocol):
     storage: ManagedStorage
     columns: list[str] | None
     keep: ScanKeep | None
+    scan_gate: CapacityGate  # scanned bytes in flight, all shards together
     allow_pickle: bool
 
 
@@ -73,7 +75,7 @@ FORMATS: dict[str, Format] = {
             "jsonl",
             "extension",
             tuple(f"{base}{z}" for base in (".jsonl", ".json") for z in JSONL_COMPRESSIONS),
-            lambda ctx, info: build_jsonl(ctx.storage, info, ctx.name, ctx.keep),
+            lambda ctx, info: build_jsonl(ctx.storage, info, ctx.name, ctx.keep, ctx.scan_gate),
             lambda ctx: _format("jsonl").JsonlCodec(ctx.name),
         ),
         Format(
@@ -89,7 +91,7 @@ FORMATS: dict[str, Format] = {
             "webdataset",
             "extension",
             (".tar",),
-            lambda ctx, info: build_tar(ctx.storage, info, ctx.name, ctx.keep),
+            lambda ctx, info: build_tar(ctx.storage, info, ctx.name, ctx.keep, ctx.scan_gate),
             lambda ctx: _format("webdataset").WebDatasetCodec(ctx.name),
         ),
         Format("litdata", "index_json"),
