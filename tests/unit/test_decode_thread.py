@@ -1,6 +1,7 @@
-"""Where a read is decoded in the pipeline's process: a codec whose decoding releases the GIL
-(Arrow's Parquet reader) runs on a thread, so the event loop keeps receiving; pure-Python
-codecs stay on the loop; and lanes decoding one Parquet dataset at once stay correct."""
+"""Where a read is decoded in the pipeline's process: a large read of a codec whose decoding
+releases the GIL (Arrow's Parquet reader) is decoded on a thread, so the event loop keeps
+receiving; small reads and pure-Python codecs stay on the loop; and lanes decoding one
+Parquet dataset at once stay correct."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.formats.jsonl import JsonlCodec
 from zephon.formats.parquet import ParquetCodec
+from zephon.pipeline import graph
 
 
 def _threads(monkeypatch: pytest.MonkeyPatch, codec: type) -> list[str]:
@@ -40,9 +42,10 @@ def _parquet(root: Path) -> list[int]:
     return list(range(1800))
 
 
-def test_parquet_decodes_off_the_loop_and_jsonl_on_it(
+def test_large_parquet_reads_decode_off_the_loop_and_jsonl_on_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(graph, "OFF_LOOP_BYTES", 1)  # every read counts as large
     expected = _parquet(tmp_path / "pq")
     (tmp_path / "j").mkdir()
     (tmp_path / "j" / "a.jsonl").write_text("".join(json.dumps({"i": i}) + "\n" for i in range(50)))
@@ -58,9 +61,23 @@ def test_parquet_decodes_off_the_loop_and_jsonl_on_it(
     assert on_jsonl and set(on_jsonl) == {"zephon-loop"}
 
 
-def test_lanes_decoding_one_parquet_dataset_at_once_get_their_rows(tmp_path: Path) -> None:
+def test_small_parquet_reads_decode_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = _parquet(tmp_path / "pq")  # row groups of ~25 KB
+    on_parquet = _threads(monkeypatch, ParquetCodec)
+    ds = Dataset.from_path("pq", str(tmp_path / "pq"), index_cache=False)
+    ws = StaticMixtureWorkSource([ds], shuffle="block", chunk_size=64, seed=2, stop_after_passes=1)
+    assert sorted(s["i"] for s in Pipeline(ws, lanes=1)) == expected
+    assert on_parquet and set(on_parquet) == {"zephon-loop"}
+
+
+def test_lanes_decoding_one_parquet_dataset_at_once_get_their_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Four lanes share the codec and its kept row groups, each decoding on its own thread:
     every row exactly once, in each lane's planned order."""
+    monkeypatch.setattr(graph, "OFF_LOOP_BYTES", 1)
     expected = _parquet(tmp_path / "pq")
     ds = Dataset.from_path("pq", str(tmp_path / "pq"), index_cache=False)
     ws = StaticMixtureWorkSource([ds], shuffle="block", chunk_size=16, seed=5, stop_after_passes=1)

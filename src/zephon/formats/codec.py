@@ -29,9 +29,10 @@ class Codec(Protocol):
             Vortex, Lance): no bytes come through the fetch stage, and decoding runs off
             the event loop.
         releases_gil: ``decode`` spends its time in native code that releases the GIL
-            (Arrow's Parquet reader): it runs on a thread, and the event loop keeps
-            receiving the next reads meanwhile. Pure-Python decoders gain nothing from a
-            thread (they hold the GIL) and stay on the loop.
+            (Arrow's Parquet reader): a large read (``pipeline.graph.OFF_LOOP_BYTES``) is
+            decoded on a thread, and the event loop keeps receiving the next reads
+            meanwhile. Pure-Python decoders gain nothing from a thread (they hold the GIL)
+            and stay on the loop, as do small reads (the hand-off costs more than it frees).
         takes_arrays: ``decode`` accepts ``samples`` as an int64 numpy array (picking rows
             is numpy work), not only a sequence of ints.
     """

@@ -238,9 +238,10 @@ class ParquetCodec(BaseCodec):
 
     format = "parquet"
     takes_arrays = True  # ``samples`` may be an int64 array: picking rows is numpy work
-    # Arrow decodes without the GIL: off the event loop, which meanwhile receives the next
-    # row groups (docs/architecture.md). Lanes may then decode at once, hence the lock on
-    # the kept tables.
+    # Arrow decodes without the GIL: a large read (pipeline.graph.OFF_LOOP_BYTES) is decoded
+    # off the event loop, which meanwhile receives the next row groups
+    # (docs/architecture.md). Lanes may then decode at once, hence the lock on the kept
+    # tables.
     releases_gil = True
 
     def __init__(self, dataset: str, columns: Sequence[str] | None = None) -> None:
