@@ -381,6 +381,30 @@ async def test_a_scanned_dataset_is_fetched_once_in_its_first_epoch(
     assert plain.stats()["fetch"]["scan_reused_bytes"] == 0
 
 
+async def test_a_fork_after_discovery_moves_the_scan_to_disk_and_the_epoch_still_uses_it(
+    tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str
+) -> None:
+    """What ``os.fork`` runs first (a DataLoader starting workers after discovery): the
+    dataset's scanned bytes go to the shared file, and the first epoch still reads them
+    there."""
+    from zephon.storage import keep as keep_module
+
+    expected = write_jsonl(tmp_path / "src", 6, 50)
+    options = s3_endpoint.storage_options()
+    base = f"s3://{s3_bucket}/forked/"
+    await _upload(base, options, tmp_path / "src")
+    size = sum(p.stat().st_size for p in (tmp_path / "src").iterdir())
+    ds = await Dataset.afrom_path("d", base, storage_options=options, index_cache=False)
+    keep_module._before_fork()  # the hook os.fork runs in the parent
+    ws = StaticMixtureWorkSource([ds], seed=1, chunk_size=32, stop_after_passes=1)
+    pipe = Pipeline(ws, lanes=2)
+    got = [s async for s in pipe]
+    assert len(got) == len(expected)
+    fetch = pipe.stats()["fetch"]
+    assert fetch["scan_spilled_bytes"] == size  # all of it moved to the file at the fork
+    assert fetch["bytes"] < 0.05 * size and fetch["scan_reused_bytes"] > 0.9 * size
+
+
 async def test_parquet_footer_probes_serve_the_first_epoch(
     tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str
 ) -> None:

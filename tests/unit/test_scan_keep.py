@@ -95,7 +95,7 @@ def test_a_forked_process_never_appends_to_the_file_it_shares(tmp_path: Path) ->
     keep.keep("s3://b/a", "v1", 0, DATA[:30_000])  # in memory
     keep.keep("s3://b/c", "v1", 0, DATA[30_000:60_000])  # past memory: the file's start
     assert keep.held == 30_000 and keep.on_disk == 30_000
-    keep.taken = True  # by a pipeline: a fork leaves it as it is
+    # taken by a pipeline (never idle): a fork leaves it as it is
     pid = os.fork()
     if pid == 0:  # the worker: memory for nothing, and no appending
         ok = False
@@ -134,6 +134,7 @@ def test_a_fork_moves_what_an_idle_keep_holds_in_memory_to_the_file(
     keep.keep("s3://b/a", "v1", 0, DATA[:30_000])  # in memory
     keep.keep("s3://b/c", "v1", 0, DATA[30_000:60_000])  # past memory: in the file
     assert keep.held == 30_000 and keep.on_disk == 30_000
+    keep.idle = True  # as a dataset holds it once discovery finished
     pid = os.fork()
     if pid == 0:
         ok = False

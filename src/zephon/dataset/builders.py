@@ -34,8 +34,8 @@ PARQUET_PROBE_BYTES = 64 * 1024
 _SCAN_WINDOW = 2  # chunks in flight per scanned shard: ~16 MiB ahead, enough to hide latency
 # Scanned bytes in flight (sent for, or received and not yet indexed), all of one discovery's
 # shards together: 16 tars scanned two chunks at a time held 256 MiB at the peak. 64 MiB keeps
-# the store as busy (tars at +30 ms: discovery 0.88-0.97 s either way, peak RSS 293-320 ->
-# 163-169 MB).
+# the store as busy (benchmarks/peers.py, tars without an index, main process: the same first
+# sample, peak RSS 496-514 -> 422-428 MB).
 SCAN_INFLIGHT_BYTES = 64 << 20
 
 

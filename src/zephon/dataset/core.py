@@ -77,6 +77,8 @@ class Dataset(Discovering, Selecting):
         self.columns = list(columns) if columns is not None else None
         self._storage_options = dict(storage_options or {})
         self._scan_keep = found.keep
+        if found.keep is not None:
+            found.keep.idle = True  # filled, and not yet read: see ScanKeep.idle
         self.codec.bind_storage(self._storage_options)  # for codecs that read by themselves
         self.selection: Selection | None = None  # take/skip/split/exclude (None: every sample)
 
@@ -91,7 +93,7 @@ class Dataset(Discovering, Selecting):
         them again, and lets them go as it reads them."""
         keep, self._scan_keep = self._scan_keep, None
         if keep is not None:
-            keep.taken = True
+            keep.idle = False
         return keep
 
     def __repr__(self) -> str:

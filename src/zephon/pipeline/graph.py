@@ -35,10 +35,9 @@ from zephon.storage.gate import CapacityGate
 
 # A read this large, of a codec that decodes without the GIL, is decoded on a thread so the
 # loop keeps receiving (a Spark-written Parquet row group of 128 MiB decodes for 100 ms or
-# more). Smaller ones are decoded on the loop: handing a 2 MB Parquet row group to a thread
-# and back cost more than it freed (text epoch, main process, +30 ms: 0.72 -> 0.56 CPU
-# seconds and 0.86 -> 0.79 s on the loop; beside a busy process 1.02 -> 0.94 s), and images'
-# 17 MB row groups ran at the same speed either way.
+# more). Smaller ones are decoded on the loop, which spares a thread hand-off per read (text's
+# 2 MB row groups ran at the same speed either way through benchmarks/peers.py's runner,
+# quiet and beside a busy process).
 OFF_LOOP_BYTES = 8 << 20
 
 __all__ = ["build_lane"]
@@ -294,7 +293,7 @@ async def _decode_local(
             for f in group:
                 stats.items_in += 1
                 work = job(f)
-                large = work.codec.releases_gil and _nbytes(work) >= OFF_LOOP_BYTES
+                large = work.codec.releases_gil and f.blob.nbytes >= OFF_LOOP_BYTES
                 if work.codec.reads_itself or large:  # off the loop
                     items, failed = await asyncio.to_thread(decode_job, work)
                 else:
@@ -303,10 +302,6 @@ async def _decode_local(
                 await asyncio.sleep(0)  # each read moves on before the next is decoded
 
     await forward(decoded_reads(), decoded, stats, size=lambda _: 1)
-
-
-def _nbytes(work: DecodeJob) -> int:
-    return sum(len(data) for _, data in work.parts)
 
 
 async def _assemble(

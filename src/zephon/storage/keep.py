@@ -124,7 +124,9 @@ class ScanKeep:
         self._file: IO[bytes] | None = None
         self._writes: _Writes | None = None
         self._owner = os.getpid()  # the process that created the file, the one to append
-        self.taken = False  # by a pipeline: from then on its event loop alone touches it
+        # Held by a dataset whose discovery has finished, and no pipeline has taken it: only
+        # then may a fork (another thread) move it to the file (see _before_fork).
+        self.idle = False
         _KEEPS.add(self)
 
     def __repr__(self) -> str:
@@ -307,12 +309,12 @@ _TRIM_CHILD = False  # a scan's keep was moved to the file: children trim their 
 
 def _before_fork() -> None:
     """Before a fork (a DataLoader starting its workers after discovery in the trainer):
-    keeps no pipeline has taken yet move what they hold in memory to the file, which the
-    children share through the page cache, and pending writes reach it. A child starts with
-    a copy of its parent's memory (resident in both, counted in both): scanned bytes held in
-    the parent were held once per worker more."""
+    keeps that discovery filled and no pipeline has taken yet move what they hold in memory
+    to the file, which the children share through the page cache, and pending writes reach
+    it. A child starts with a copy of its parent's memory (resident in both, counted in
+    both): scanned bytes held in the parent were held once per worker more."""
     global _TRIM_CHILD
-    idle = [keep for keep in list(_KEEPS) if not keep.taken and keep.held]
+    idle = [keep for keep in list(_KEEPS) if keep.idle and keep.held]
     for keep in idle:
         keep.trim(0)
     for writes in list(_LIVE):
@@ -322,8 +324,9 @@ def _before_fork() -> None:
 
 def _after_fork_in_child() -> None:
     """A child forked after a scan gives back the free heap it inherited: the chunks the
-    scan received and let go. (The parent keeps its own for reuse: handing it back there
-    cost the trainer 0.1-0.15 CPU seconds of page faults receiving the workers' batches.)"""
+    scan received and let go. (The parent keeps its own for reuse: handed back there, it is
+    page-faulted back in as the trainer receives the workers' batches, on the trainer's
+    CPU.)"""
     if _TRIM_CHILD:
         _return_free_heap()
 
