@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import mmap
+import os
 import struct
 import sys
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from zephon.arrays import distinct
@@ -132,6 +134,26 @@ def _mapped_group(blob: Blob, ranges: np.ndarray) -> pa.BufferReader | None:
     for a, b in spans:
         mapped[a:b] = blob.slice(a, b)
     return pa.BufferReader(pa.py_buffer(mapped))
+
+
+@lru_cache(maxsize=1)
+def decode_pool() -> pa.MemoryPool:
+    """The allocator row groups are decoded with: jemalloc where pyarrow has it, else the C
+    library's; Arrow's default (mimalloc) only if ``ARROW_DEFAULT_MEMORY_POOL`` names one.
+    mimalloc keeps the memory of freed row groups for reuse: a Parquet epoch in the main
+    process peaked 30-40 MB higher with it, for more CPU (``benchmarks/peers.py``)."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return pa.default_memory_pool()
+    try:
+        return pa.jemalloc_memory_pool()
+    except NotImplementedError:  # a build without jemalloc
+        return pa.system_memory_pool()
+
+
+def _reader(source: Any, md: pq.FileMetaData) -> pq.ParquetReader:
+    reader = pq.ParquetReader(decode_pool())
+    reader.open(source, metadata=md)
+    return reader
 
 
 def _metadata(footer: bytes, size: int) -> pq.FileMetaData:
@@ -246,7 +268,7 @@ class ParquetCodec(BaseCodec):
 
     def __init__(self, dataset: str, columns: Sequence[str] | None = None) -> None:
         self.dataset = dataset
-        self.columns = list(columns) if columns is not None else None
+        self.columns = tuple(columns) if columns is not None else None
         # Consecutive chunks often draw rows from the same row group: keep the last few
         # decoded, so each is decoded once.
         self._tables: OrderedDict[tuple[str, str, int], tuple[pa.Table, int]] = OrderedDict()
@@ -264,7 +286,7 @@ class ParquetCodec(BaseCodec):
     ) -> list[dict[str, Any]]:
         if len(samples) == 0:
             return []
-        source: pq.ParquetFile | None = None
+        source: pq.ParquetReader | None = None
 
         def table(group: int) -> pa.Table:
             nonlocal source
@@ -277,17 +299,21 @@ class ParquetCodec(BaseCodec):
             big = bool(index.group_nbytes[group] >= _LARGE_GROUP_BYTES)
             mapped = None if big else _mapped_group(blob, index.chunks[group])
             if mapped is not None:
-                reader = pq.ParquetFile(mapped, metadata=md)
+                reader = _reader(mapped, md)
             else:
                 if source is None:  # views of the fetched bytes, made once per call
                     footer_at = shard.size_bytes - len(index.footer)
                     full = Blob([*blob.parts, (footer_at, index.footer)])
-                    source = pq.ParquetFile(_SparseFile(shard.size_bytes, full), metadata=md)
+                    source = _reader(_SparseFile(shard.size_bytes, full), md)
                 reader = source
             try:
                 # No Arrow threads: with a Python file each of them waits for the GIL to read
                 # (10 ms against 5 ms for a 7 MB group here), and small groups gain nothing.
-                read = reader.read_row_group(group, columns=self.columns, use_threads=False)
+                read = reader.read_row_group(
+                    group,
+                    column_indices=_leaves(index.footer, shard.size_bytes, self.columns),
+                    use_threads=False,
+                )
             except (OSError, pa.ArrowException, KeyError) as exc:
                 raise FormatError(
                     f"cannot decode row group {group} ({type(exc).__name__}: {exc})",
@@ -354,7 +380,7 @@ def _pick(table: pa.Table, positions: np.ndarray, low: int, high: int) -> list[d
         return [{} for _ in range(n)]
     span = high - low + 1
     if span > 2 * n:  # sparse picks: copy just those rows
-        return _to_dicts(table.take(pa.array(positions, pa.int64())))
+        return _to_dicts(pc.take(table, positions, memory_pool=decode_pool()))
     # Dense picks (runs of a shuffle block, or all of a range): convert the span once, with
     # no copy, and pick from it. n rows ascending within a span of n rows are the span.
     rows = _to_dicts(table.slice(low, span))
@@ -366,6 +392,17 @@ def _pick(table: pa.Table, positions: np.ndarray, low: int, high: int) -> list[d
 def _to_dicts(table: pa.Table) -> list[dict[str, Any]]:
     # A struct array builds the row dicts in C: faster than Table.to_pylist.
     return table.to_struct_array().to_pylist()  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=256)
+def _leaves(footer: bytes, size: int, columns: tuple[str, ...] | None) -> list[int] | None:
+    """The leaf columns holding ``columns`` (top-level names, in that order), as pyarrow's
+    reader takes them; ``None``: all."""
+    if columns is None:
+        return None
+    md = _cached_metadata(footer, size)
+    paths = [md.schema.column(c).path.split(".")[0] for c in range(md.num_columns)]
+    return [c for name in columns for c, top in enumerate(paths) if top == name]
 
 
 @lru_cache(maxsize=256)
