@@ -44,17 +44,27 @@ class RangeCache:
     shuffle window at different places (each coalesced read spans most of the window), and
     Parquet row groups or compressed shards are read whole by every chunk that draws from
     them. A read fully inside a cached range is a view of it (no copy: a row group can be
-    megabytes); a read that starts inside one fetches only the rest. Bounded in bytes, least
-    recently used first out.
+    megabytes); a read that starts inside one fetches only the rest. Least recently used
+    first out.
+
+    The cache holds ``floor_bytes`` and grows towards ``capacity_bytes`` only when the plan
+    shows it needs to: a read of bytes the cache dropped (a *ghost*: what a larger cache would
+    still have held) grows it to the size that would have kept them. A block-shuffled epoch re-reads only recent ranges and
+    stays at the floor (a full cache held ~60 MB of bytes no chunk read again); a global
+    shuffle re-reads its gaps much later and grows the cache after a few such reads.
     """
 
-    def __init__(self, capacity_bytes: int) -> None:
+    def __init__(self, capacity_bytes: int, floor_bytes: int | None = None) -> None:
         self.capacity = capacity_bytes
+        self.size = capacity_bytes if floor_bytes is None else min(floor_bytes, capacity_bytes)
         self._entries: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
         self._bytes = 0
+        self._ghosts: OrderedDict[tuple[str, str, int], int] = OrderedDict()  # key -> length
+        self._ghost_bytes = 0
         self._inflight: dict[tuple[str, str, int, int], asyncio.Future[None]] = {}
         self.hits = 0
         self.saved_bytes = 0
+        self.peak_bytes = 0
 
     def _find(self, uri: str, version: str, start: int) -> tuple[int, bytes] | None:
         best: tuple[int, bytes] | None = None
@@ -73,9 +83,32 @@ class RangeCache:
             self._bytes -= len(old)
         self._entries[key] = data
         self._bytes += len(data)
-        while self._bytes > self.capacity:
-            _, evicted = self._entries.popitem(last=False)
+        self._shrink()
+        self.peak_bytes = max(self.peak_bytes, self._bytes)
+
+    def _shrink(self) -> None:
+        """Evicts down to ``size`` (the newest range stays), remembering what left."""
+        while self._bytes > self.size and len(self._entries) > 1:
+            key, evicted = self._entries.popitem(last=False)
             self._bytes -= len(evicted)
+            if self.size < self.capacity:
+                self._ghosts[key] = len(evicted)
+                self._ghost_bytes += len(evicted)
+        while self._ghosts and self._ghost_bytes > self.capacity - self.size:
+            self._ghost_bytes -= self._ghosts.popitem(last=False)[1]
+
+    def _missed(self, uri: str, version: str, at: int) -> None:
+        """A read of bytes the cache dropped: it grows to what would have held them (the
+        bytes it holds, those dropped after them and their own), up to its capacity."""
+        newer = 0
+        for (u, v, a), length in reversed(self._ghosts.items()):
+            if u == uri and v == version and a <= at < a + length:
+                del self._ghosts[(u, v, a)]
+                self._ghost_bytes -= length
+                self.size = min(self.capacity, max(self.size, self._bytes + newer + length))
+                self._shrink()  # less room left to grow into: fewer ghosts
+                return
+            newer += length
 
     async def read(
         self, storage: ManagedStorage, uri: str, version: str, start: int, stop: int
@@ -100,6 +133,8 @@ class RangeCache:
                 at = end
                 continue
             gap_end = min(stop, self._next_start(uri, version, at))
+            if self._ghosts:
+                self._missed(uri, version, at)
             pieces.append(await self._fetch(storage, uri, version, at, gap_end))
             fetched = True
             at = gap_end

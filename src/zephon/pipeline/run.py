@@ -105,7 +105,11 @@ class Run:
                 for d in spec.source.datasets
             ],
             budgets={},
-            range_cache=RangeCache(spec.range_cache_capacity) if spec.range_cache_bytes else None,
+            range_cache=(
+                RangeCache(spec.range_cache_capacity, spec.range_cache_floor)
+                if spec.range_cache_bytes
+                else None
+            ),
             pool=WorkerPool(size) if size else None,
             ledger=SkipLedger(spec.max_skipped),
             datasets=list(spec.source.datasets),
@@ -202,6 +206,8 @@ class Run:
         cache = res.range_cache if res is not None else None
         fetch["cache_hits"] = cache.hits if cache is not None else 0
         fetch["cache_saved_bytes"] = cache.saved_bytes if cache is not None else 0
+        fetch["cache_size_bytes"] = cache.size if cache is not None else 0
+        fetch["cache_peak_bytes"] = cache.peak_bytes if cache is not None else 0
         fetch["scan_reused_bytes"] = sum(s.keep.served_bytes for s in self.storages if s.keep)
         fetch["scan_spilled_bytes"] = sum(s.keep.spilled_bytes for s in self.storages if s.keep)
         disk = self.storages[0].cache if self.storages else None

@@ -24,6 +24,7 @@ from zephon.plan.report import read_amplification
 from zephon.storage import RetryPolicy, StorageLimits
 
 BLOCK_BYTES = 16 << 20  # the largest block of decoded records (see PipelineSpec.block_bytes)
+RANGE_CACHE_FLOOR = 8 << 20  # the range cache's least size (PipelineSpec.range_cache_floor)
 
 __all__ = ["PipelineSpec", "fusable"]
 
@@ -125,8 +126,21 @@ class PipelineSpec:
         bare decode loop's images/s). ``0`` stays off."""
         if not self.range_cache_bytes:
             return 0
-        largest = largest_unit_shard(self.source.manifests)
-        return max(self.range_cache_bytes, min(4 * largest, 512 << 20))
+        return max(self.range_cache_bytes, min(4 * self._largest_unit, 512 << 20))
+
+    @property
+    def range_cache_floor(self) -> int:
+        """What the range cache holds until a read shows it needs more (see
+        :class:`~zephon.ops.fetch.RangeCache`): four of the largest units, at least 8 MiB. A
+        global shuffle's reads go through gaps that later chunks draw from only if the cache
+        holds them (the planner counts on its capacity): it starts full size."""
+        if getattr(self.source, "shuffle", None) == "global":
+            return self.range_cache_capacity
+        return min(self.range_cache_capacity, max(RANGE_CACHE_FLOOR, 4 * self._largest_unit))
+
+    @functools.cached_property
+    def _largest_unit(self) -> int:
+        return largest_unit_shard(self.source.manifests)
 
     @property
     def read_window_bytes(self) -> int:
