@@ -13,7 +13,7 @@ of I/O, so that decoding can run in a process pool; the codecs that read by them
 | ``lance`` | Lance datasets: fragments are shards, read by Lance itself |
 | ``litdata`` | LitData |
 | ``mds`` | MosaicML Streaming |
-| ``parquet`` | Parquet: the footer (read without pyarrow) gives row counts and where every column chunk lies |
+| ``parquet`` | Parquet footers, read without pyarrow: row counts, where column chunks lie |
 | ``parquet_arrow`` | Parquet row groups decoded with Arrow, on a codec's first decode |
 | ``project`` | column projection for formats whose samples are whole records |
 | ``records`` | helpers shared by the "header + offsets + samples" layouts (MDS, LitData) |

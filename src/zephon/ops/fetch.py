@@ -49,9 +49,10 @@ class RangeCache:
 
     The cache holds ``floor_bytes`` and grows towards ``capacity_bytes`` only when the plan
     shows it needs to: a read of bytes the cache dropped (a *ghost*: what a larger cache would
-    still have held) grows it to the size that would have kept them. A block-shuffled epoch re-reads only recent ranges and
-    stays at the floor (a full cache held ~60 MB of bytes no chunk read again); a global
-    shuffle re-reads its gaps much later and grows the cache after a few such reads.
+    still have held) grows it to the size that would have kept them. A block-shuffled epoch
+    re-reads only recent ranges and stays at the floor (a full cache held bytes no chunk read
+    again); a global shuffle re-reads its gaps much later, and starts at the capacity
+    (docs/decisions/range-cache-size.md).
     """
 
     def __init__(self, capacity_bytes: int, floor_bytes: int | None = None) -> None:
