@@ -14,7 +14,9 @@ import pytest
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.errors import FormatError
+from zephon.formats import parquet as parquet_layout
 from zephon.formats import parquet_arrow as parquet
+from zephon.formats.thrift import read_struct
 
 
 def _write(root: Path) -> list[dict[str, Any]]:
@@ -129,3 +131,27 @@ def test_a_footer_arrow_refuses_is_a_format_error_naming_the_shard_and_row(
         list(pipe)
     assert "p.parquet" in str(info.value) and info.value.dataset == "pq"
     assert info.value.sample == 0
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        pa.table({"a": [1], "b": ["x"]}),
+        pa.table({"s": [{"x": 1, "y": {"z": [1, 2]}}], "n": [None]}),
+        pa.table({"l": [[1, 2]], "ll": [[[1], [2, 3]]], "ls": [[{"p": 1, "q": "r"}]]}),
+        pa.table({"m": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64())), "t": [1.5]}),
+        pa.table({"d": pa.array(["x", "y"]).dictionary_encode(), "b": [b"1", b"2"]}),
+    ],
+)
+def test_leaf_columns_from_the_footers_thrift_are_pyarrows(tmp_path: Path, table: pa.Table) -> None:
+    path = tmp_path / "p.parquet"
+    pq.write_table(table, path)
+    data = path.read_bytes()
+    need = parquet_layout.footer_length(data[-8:], len(data))
+    fields = parquet_layout.leaf_fields(read_struct(data[len(data) - need : -8]))
+    md = pq.ParquetFile(path).metadata
+    assert fields == [md.schema.column(c).path.split(".")[0] for c in range(md.num_columns)]
+    for name in table.column_names:  # each top-level column alone reads as pyarrow reads it
+        ds = Dataset.from_path("pq", str(tmp_path), columns=[name], index_cache=False)
+        got = list(Pipeline(StaticMixtureWorkSource([ds], shuffle="none", stop_after_passes=1)))
+        assert got == pq.read_table(path, columns=[name]).to_pylist()
