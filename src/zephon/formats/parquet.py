@@ -59,10 +59,11 @@ def _column_indices(names: list[str], columns: Sequence[str] | None) -> list[int
     """The leaf columns (``names``: each one's top-level field) that hold ``columns``."""
     if columns is None:
         return list(range(len(names)))
-    missing = sorted(set(columns) - set(names))
+    wanted = set(columns)
+    missing = sorted(wanted - set(names))
     if missing:
         raise MissingColumns(f"columns {missing} not in the file (has {sorted(set(names))})")
-    return [c for c, name in enumerate(names) if name in set(columns)]
+    return [c for c, name in enumerate(names) if name in wanted]
 
 
 def index_from_footer(
@@ -193,8 +194,7 @@ class ParquetCodec(BaseCodec):
     takes_arrays = True  # ``samples`` may be an int64 array: picking rows is numpy work
     # Arrow decodes without the GIL: a large read (pipeline.graph.OFF_LOOP_BYTES) is decoded
     # off the event loop, which meanwhile receives the next row groups
-    # (docs/architecture.md). Lanes may then decode at once, hence the lock on the kept
-    # tables.
+    # (docs/architecture.md). Lanes may then decode at once: the lock makes one decoder.
     releases_gil = True
 
     def __init__(self, dataset: str, columns: Sequence[str] | None = None) -> None:
