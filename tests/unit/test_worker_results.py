@@ -338,3 +338,41 @@ def test_a_forked_child_starts_with_its_own_lock_and_no_segments() -> None:
     finally:
         saved[0].release()
         shm._lock, shm._own, shm._seen = saved
+
+
+@pytest.mark.skipif(not shm.AVAILABLE, reason="needs POSIX shared memory")
+def test_a_segment_is_known_to_the_tracker_before_it_exists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kill between creating a segment and telling the resource tracker of it would leave
+    the segment behind: the tracker hears of it first, and forgets it if creating fails."""
+    events: list[tuple[str, str]] = []
+    tracker = shm.resource_tracker
+    monkeypatch.setattr(tracker, "register", lambda name, kind: events.append(("register", name)))
+    monkeypatch.setattr(
+        tracker, "unregister", lambda name, kind: events.append(("unregister", name))
+    )
+    real_open = shm._posixshmem.shm_open
+
+    def refused(name: str, *args: Any) -> int:
+        events.append(("open", name))
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(shm._posixshmem, "shm_open", refused)
+    assert shm._segment("zphtest", 1 << 20) is None
+    name = events[0][1]
+    assert events == [("register", name), ("open", name), ("unregister", name)]
+    events.clear()
+
+    def opened(name: str, *args: Any) -> int:
+        events.append(("open", name))
+        fd: int = real_open(name, *args)
+        return fd
+
+    monkeypatch.setattr(shm._posixshmem, "shm_open", opened)
+    made = shm._segment("zphtest", 1 << 20)
+    assert made is not None
+    try:
+        assert [e[0] for e in events] == ["register", "open"]
+    finally:
+        shm._unlink(made)

@@ -253,11 +253,14 @@ def _segment(prefix: str, size: int) -> str | None:
     name = f"{prefix}{os.getpid():x}_{next(_count):x}"
     if janitor.owned_by(name, os.getpid()):
         janitor.ensure()  # removes it if this process tree is killed outright
+    # Told to the tracker before it exists: a kill between the two would otherwise leave a
+    # segment nobody knows of (one that never came to be is only a warning at cleanup).
+    resource_tracker.register("/" + name, "shared_memory")
     try:
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except OSError:  # out of file descriptors, no permission: the pipe still works
+        resource_tracker.unregister("/" + name, "shared_memory")
         return None
-    resource_tracker.register("/" + name, "shared_memory")
     try:
         os.ftruncate(fd, size)
         if hasattr(os, "posix_fallocate"):
